@@ -1,0 +1,20 @@
+"""The Python face of a kernel parameter (``Kernel.args``)."""
+from __future__ import annotations
+
+from typing import NamedTuple, Optional
+
+import numpy as np
+
+
+class ArgSpec(NamedTuple):
+    """One kernel parameter: ``kind`` is "buffer", "scalar", "threadgroup" or "builtin"."""
+    name: str
+    index: int            # [[buffer(n)]] / [[threadgroup(n)]], -1 for builtins
+    kind: str
+    dtype: Optional[np.dtype]   # element dtype (None for structs and builtins)
+    msl_type: str         # element scalar type as MSL spells it
+    vec_width: int        # 2/3/4 for vector elements
+    writable: bool
+    builtin: str          # builtin attribute name, "" otherwise
+    elem_size: int        # bytes per element
+    decl: str             # the declaration as written

@@ -1,0 +1,64 @@
+"""numpy arrays whose memory is device-shared: kernels use them with no copy."""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from numpy.typing import DTypeLike
+
+
+def _allocate(nbytes: int):
+    from . import _core, _device
+    alloc = _core.metal_allocate if _device.current() == "metal" else _core.allocate
+    return alloc(max(int(nbytes), 1))
+
+
+def _on_device(a: np.ndarray) -> bool:
+    from . import _core
+    base = a.base
+    while isinstance(base, np.ndarray):
+        base = base.base
+    return isinstance(base, _core.Buffer)
+
+
+def empty(shape: Any, dtype: DTypeLike = np.float32) -> np.ndarray:
+    """An uninitialised array in device-shared memory.
+
+    >>> import metalkit, numpy as np
+    >>> a = metalkit.empty((2, 3), np.int32)
+    >>> a.shape, a.dtype
+    ((2, 3), dtype('int32'))
+    """
+    dt = np.dtype(dtype)
+    shape = (int(shape),) if np.isscalar(shape) else tuple(int(s) for s in shape)
+    count = int(np.prod(shape, dtype=np.int64))
+    buf = _allocate(count * dt.itemsize)
+    return np.frombuffer(buf, dtype=dt, count=count).reshape(shape)
+
+
+def zeros(shape: Any, dtype: DTypeLike = np.float32) -> np.ndarray:
+    """A zero-filled array in device-shared memory.
+
+    >>> import metalkit
+    >>> metalkit.zeros(3).tolist()
+    [0.0, 0.0, 0.0]
+    """
+    a = empty(shape, dtype)
+    a[...] = 0
+    return a
+
+
+def asarray(obj: Any, dtype: DTypeLike | None = None) -> np.ndarray:
+    """``obj`` as a C-contiguous array in device-shared memory; copied only if it is not one already.
+
+    >>> import metalkit
+    >>> a = metalkit.asarray([1, 2, 3], dtype="float32")
+    >>> a.tolist(), metalkit.asarray(a) is a
+    ([1.0, 2.0, 3.0], True)
+    """
+    src = np.asarray(obj, dtype=dtype)
+    if src is obj and src.flags.c_contiguous and _on_device(src):
+        return src
+    out = empty(src.shape, src.dtype)
+    np.copyto(out, src)
+    return out

@@ -1,0 +1,34 @@
+"""metalkit's exceptions. Each message names the kernel, the parameter or source
+line, and what to do."""
+from __future__ import annotations
+
+
+class MetalkitError(Exception):
+    """Base class of every metalkit error."""
+
+
+class CompileError(MetalkitError, SyntaxError):
+    """MSL source did not compile. ``filename``, ``lineno`` and ``offset`` point
+    at the user's own source; ``log`` holds the compiler's full text."""
+
+    def __init__(self, message: str, *, filename: str | None = None, lineno: int | None = None,
+                 offset: int | None = None, text: str | None = None, log: str = ""):
+        SyntaxError.__init__(self, message, (filename, lineno, offset, text))
+        self.log = log or message
+
+    def __str__(self) -> str:
+        where = f"{self.filename}:{self.lineno}:{self.offset}: " if self.filename and self.lineno else ""
+        detail = f"\n{self.log}" if self.log and self.log.strip() != self.msg.strip() else ""
+        return f"{where}{self.msg}{detail}"
+
+
+class ArgumentError(MetalkitError, TypeError):
+    """Arguments do not match the kernel: count, dtype, size, writability, range."""
+
+
+class DispatchError(MetalkitError, ValueError):
+    """Grid, threadgroup or threadgroup memory outside what the kernel allows."""
+
+
+class KernelFault(MetalkitError, RuntimeError):
+    """A fault found while the kernel ran (out of bounds, divergent barrier, GPU error)."""

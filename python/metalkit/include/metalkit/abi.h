@@ -1,0 +1,85 @@
+// The contract between a compiled CPU module and the runtime that loads it.
+// Included both by generated launchers (compiled by clang at run time) and by
+// metalkit's own C++ core, so the two always agree. Plain C layout only.
+#ifndef METALKIT_ABI_H
+#define METALKIT_ABI_H
+
+#define MK_ABI_VERSION 1
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef unsigned long long mk_u64;
+
+enum mk_arg_kind {
+  MK_ARG_BUFFER = 0,       // device/constant pointer (or device T&): a numpy array
+  MK_ARG_SCALAR = 1,       // constant T& : a Python scalar, vector or struct value
+  MK_ARG_THREADGROUP = 2,  // threadgroup T* [[threadgroup(i)]]: sized at dispatch
+  MK_ARG_BUILTIN = 3       // [[thread_position_in_grid]] and friends
+};
+
+enum mk_type {
+  MK_T_BOOL = 0, MK_T_I8, MK_T_U8, MK_T_I16, MK_T_U16, MK_T_I32, MK_T_U32,
+  MK_T_I64, MK_T_U64, MK_T_F16, MK_T_BF16, MK_T_F32, MK_T_STRUCT, MK_T_COUNT
+};
+
+// Address space as written in the kernel signature.
+enum mk_space { MK_SPACE_NONE = 0, MK_SPACE_DEVICE, MK_SPACE_CONSTANT, MK_SPACE_THREADGROUP, MK_SPACE_THREAD };
+
+typedef struct mk_arg_info {
+  const char* name;      // parameter name in the source
+  const char* decl;      // declaration as written, for messages ("device const float* a")
+  const char* builtin;   // builtin attribute name, or "" for non-builtins
+  int index;             // [[buffer(n)]] / [[threadgroup(n)]] index; -1 for builtins
+  int kind;              // mk_arg_kind
+  int type;              // mk_type of the element (vector/struct element for buffers)
+  int vec_width;         // 1 for scalars, 2/3/4 for vector elements
+  int space;             // mk_space
+  int writable;          // the kernel may write through it
+  mk_u64 elem_size;      // sizeof the pointee / referenced type
+  mk_u64 elem_align;     // alignof the same
+} mk_arg_info;
+
+// One dispatch as the runtime hands it to a launcher. args[i] follows the
+// kernel's parameter order: a data pointer for buffers and scalars, a byte
+// offset into the group's threadgroup arena for threadgroup parameters, unused
+// for builtins.
+typedef struct mk_dispatch {
+  unsigned grid[3];      // threads per grid (dispatchThreads semantics)
+  unsigned tg[3];        // threads per threadgroup as dispatched
+  unsigned ngroups[3];   // threadgroups per grid
+  void* const* args;
+} mk_dispatch;
+
+// Runs threadgroups [first, last) (linear index, x fastest) on the calling
+// thread. tg_arena is this worker's threadgroup memory.
+typedef void (*mk_launch_fn)(const mk_dispatch* d, mk_u64 first, mk_u64 last, char* tg_arena);
+
+enum mk_kernel_flags { MK_KERNEL_NEEDS_FIBERS = 1 };
+
+typedef struct mk_kernel_info {
+  const char* name;          // host name
+  const mk_arg_info* args;
+  int nargs;
+  int max_threads;           // maximum threads per threadgroup
+  int flags;                 // mk_kernel_flags
+  mk_u64 static_tg_bytes;    // kernel-scope threadgroup memory
+  mk_launch_fn launch;
+  const char* file;          // where the kernel is defined, for messages
+  int line;
+} mk_kernel_info;
+
+typedef struct mk_module_info {
+  int abi_version;
+  int nkernels;
+  const mk_kernel_info* kernels;
+} mk_module_info;
+
+#define MK_MODULE_SYMBOL "metalkit_module"
+typedef const mk_module_info* (*mk_module_fn)(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

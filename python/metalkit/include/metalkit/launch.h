@@ -1,0 +1,109 @@
+// Support for the launchers metalkit generates after a user's kernels: how a
+// parameter's C++ type describes itself (mk_arg_info), how builtins are
+// computed for each thread, and the loop over a range of threadgroups.
+#ifndef METALKIT_LAUNCH_H
+#define METALKIT_LAUNCH_H
+// Appended to preprocessed source that already holds <metal_stdlib> (forced by -include).
+#include "abi.h"
+
+namespace mk {
+
+// ---- parameter types of a kernel, from its function pointer ----
+template <class... P> struct types {};
+template <int I, class L> struct at;
+template <class H, class... T> struct at<0, types<H, T...>> { using type = H; };
+template <int I, class H, class... T> struct at<I, types<H, T...>> { using type = typename at<I - 1, types<T...>>::type; };
+template <class F> struct fn_params;
+template <class R, class... P> struct fn_params<R (*)(P...)> { using type = types<P...>; };
+template <class R, class... P> struct fn_params<R (*const)(P...)> { using type = types<P...>; };
+template <class F, int I> using param_t = typename at<I, typename fn_params<F>::type>::type;
+
+template <class T> struct strip { using type = T; };
+template <class T> struct strip<T*> { using type = T; };
+template <class T> struct strip<T&> { using type = T; };
+template <class T> struct strip<T* const> { using type = T; };
+template <class T> struct unconst { using type = T; static constexpr bool is_const = false; };
+template <class T> struct unconst<const T> { using type = T; static constexpr bool is_const = true; };
+template <class T> struct unconst<volatile T> { using type = T; static constexpr bool is_const = false; };
+template <class T> struct unconst<const volatile T> { using type = T; static constexpr bool is_const = true; };
+
+// ---- binding a runtime argument slot to a parameter ----
+template <class P> struct bind { static P get(void* p) { return *(P*)p; } };
+template <class T> struct bind<T*> { static T* get(void* p) { return (T*)p; } };
+template <class T> struct bind<T&> { static T& get(void* p) { return *(T*)p; } };
+
+// ---- element type codes ----
+template <class T> struct code { static constexpr int value = MK_T_STRUCT; static constexpr int width = 1; };
+#define MK_CODE(T, C) template <> struct code<T> { static constexpr int value = C; static constexpr int width = 1; };
+MK_CODE(bool, MK_T_BOOL) MK_CODE(char, MK_T_I8) MK_CODE(signed char, MK_T_I8) MK_CODE(unsigned char, MK_T_U8)
+MK_CODE(short, MK_T_I16) MK_CODE(unsigned short, MK_T_U16) MK_CODE(int, MK_T_I32) MK_CODE(unsigned int, MK_T_U32)
+MK_CODE(long, MK_T_I64) MK_CODE(unsigned long, MK_T_U64) MK_CODE(long long, MK_T_I64)
+MK_CODE(unsigned long long, MK_T_U64) MK_CODE(_Float16, MK_T_F16) MK_CODE(__bf16, MK_T_BF16) MK_CODE(float, MK_T_F32)
+#undef MK_CODE
+template <class T, int N> struct code<metal::vec<T, N>> { static constexpr int value = code<T>::value; static constexpr int width = N; };
+template <class T, int N> struct code<metal::packed_vec<T, N>> { static constexpr int value = code<T>::value; static constexpr int width = N; };
+
+template <class P> constexpr mk_arg_info describe(const char* name, const char* decl, const char* builtin,
+                                                  int index, int kind, int space) {
+  using E = typename unconst<typename strip<P>::type>::type;
+  constexpr bool ro = unconst<typename strip<P>::type>::is_const;
+  return mk_arg_info{name, decl, builtin, index, kind, code<E>::value, code<E>::width, space,
+                     (kind == MK_ARG_BUFFER || kind == MK_ARG_THREADGROUP) && !ro && space != MK_SPACE_CONSTANT,
+                     sizeof(E), alignof(E)};
+}
+
+// ---- per-thread builtin values ----
+struct u3 { unsigned x, y, z; };
+struct thread_ids {
+  u3 pos_in_grid, pos_in_group, group_pos, group_size, dispatch_group_size, ngroups, grid;
+  unsigned index_in_group;
+};
+
+// Converts a builtin value to the parameter's declared type (uint, ushort, uint2, ushort3, ...).
+template <class P> struct builtin_cast {
+  static P from(u3 v) { return P(v.x); }
+};
+template <class T> struct builtin_cast<metal::vec<T, 2>> {
+  static metal::vec<T, 2> from(u3 v) { return metal::vec<T, 2>(T(v.x), T(v.y)); }
+};
+template <class T> struct builtin_cast<metal::vec<T, 3>> {
+  static metal::vec<T, 3> from(u3 v) { return metal::vec<T, 3>(T(v.x), T(v.y), T(v.z)); }
+};
+template <class P> inline __attribute__((always_inline)) P builtin(u3 v) {
+  return builtin_cast<typename unconst<P>::type>::from(v);
+}
+template <class P> inline __attribute__((always_inline)) P builtin(unsigned v) { return P(v); }
+
+// Runs every thread of threadgroups [first, last) as a plain loop; used for
+// kernels with no barrier and no SIMD-group function, so the compiler can
+// vectorise the innermost loop.
+template <class Body>
+inline __attribute__((always_inline)) void run_groups(const mk_dispatch* d, mk_u64 first, mk_u64 last, Body body) {
+  const unsigned gx = d->ngroups[0], gy = d->ngroups[1];
+  for (mk_u64 g = first; g < last; ++g) {
+    thread_ids t;
+    t.ngroups = {d->ngroups[0], d->ngroups[1], d->ngroups[2]};
+    t.grid = {d->grid[0], d->grid[1], d->grid[2]};
+    t.dispatch_group_size = {d->tg[0], d->tg[1], d->tg[2]};
+    t.group_pos = {unsigned(g % gx), unsigned((g / gx) % gy), unsigned(g / (mk_u64(gx) * gy))};
+    const u3 base = {t.group_pos.x * d->tg[0], t.group_pos.y * d->tg[1], t.group_pos.z * d->tg[2]};
+    // Edge groups of a non-uniform grid are clipped, as with dispatchThreads.
+    const u3 n = {d->grid[0] - base.x < d->tg[0] ? d->grid[0] - base.x : d->tg[0],
+                  d->grid[1] - base.y < d->tg[1] ? d->grid[1] - base.y : d->tg[1],
+                  d->grid[2] - base.z < d->tg[2] ? d->grid[2] - base.z : d->tg[2]};
+    t.group_size = n;
+    for (unsigned z = 0; z < n.z; ++z)
+      for (unsigned y = 0; y < n.y; ++y)
+        for (unsigned x = 0; x < n.x; ++x) {
+          t.pos_in_group = {x, y, z};
+          t.pos_in_grid = {base.x + x, base.y + y, base.z + z};
+          t.index_in_group = x + n.x * (y + n.y * z);
+          body(t);
+        }
+  }
+}
+
+}  // namespace mk
+
+#define MK_EXPORT extern "C" __attribute__((visibility("default")))
+#endif

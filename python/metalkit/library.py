@@ -1,0 +1,127 @@
+"""Compiling MSL into a Library of Kernels."""
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Union
+
+from . import _device
+from .errors import CompileError
+
+Constants = Mapping[Union[str, int], Union[bool, int, float]]
+
+_lock = threading.Lock()
+_libraries: dict[tuple, "Library"] = {}
+
+
+class Library:
+    """Kernels compiled from one MSL source. ``lib["name"]`` or ``lib.name`` is a Kernel.
+
+    >>> import metalkit
+    >>> lib = metalkit.compile('''
+    ... #include <metal_stdlib>
+    ... using namespace metal;
+    ... kernel void twice(device float* x [[buffer(0)]], uint i [[thread_position_in_grid]]) { x[i] *= 2; }
+    ... ''')
+    >>> lib.kernels
+    ['twice']
+    """
+
+    def __init__(self, core: Any, filename: str, backend: str):
+        self._core = core
+        self.filename = filename
+        self.backend = backend
+
+    @property
+    def kernels(self) -> list[str]:
+        """Names of the kernels in this library."""
+        return list(self._core.kernel_names)
+
+    def __getitem__(self, name: str):
+        k = self._core.kernel(name)
+        if k is None:
+            raise KeyError(f"no kernel named {name!r} in {self.filename}; it has: {', '.join(self.kernels) or 'none'}")
+        return k
+
+    def __getattr__(self, name: str):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        try:
+            return self[name]
+        except KeyError as e:
+            raise AttributeError(e.args[0]) from None
+
+    def __contains__(self, name: str) -> bool:
+        return self._core.kernel(name) is not None
+
+    def __dir__(self) -> Iterable[str]:
+        return list(super().__dir__()) + self.kernels
+
+    def __repr__(self) -> str:
+        return f"<metalkit.Library {self.filename} ({self.backend}): {', '.join(self.kernels)}>"
+
+
+def compile(source: str, *, filename: str = "<source>", include_dirs: Iterable[str] = (),
+            constants: Constants | None = None, fast_math: bool = False) -> Library:
+    """Compile MSL source into a Library for the current device.
+
+    ``include_dirs`` are searched for ``#include "..."``; ``constants`` binds
+    ``[[function_constant(i)]]`` values by name or index; ``fast_math`` allows
+    unsafe floating-point optimisations. Compiled code is cached in memory and
+    on disk, keyed by the source and options.
+
+    >>> import numpy as np, metalkit
+    >>> lib = metalkit.compile('''
+    ... #include <metal_stdlib>
+    ... using namespace metal;
+    ... kernel void scale(device float* x [[buffer(0)]], constant float& s [[buffer(1)]],
+    ...                   uint i [[thread_position_in_grid]]) { x[i] *= s; }
+    ... ''')
+    >>> x = np.arange(4, dtype=np.float32)
+    >>> lib.scale(x, 3.0)
+    >>> x.tolist()
+    [0.0, 3.0, 6.0, 9.0]
+    """
+    if not isinstance(source, str):
+        raise TypeError(f"metalkit.compile takes MSL source text, got {type(source).__name__}; "
+                        "use metalkit.load(path) for a file")
+    backend = _device.current()
+    include_dirs = tuple(str(d) for d in include_dirs)
+    consts = dict(constants or {})
+    key = (backend, source, filename, include_dirs, tuple(sorted((repr(k), repr(v)) for k, v in consts.items())),
+           fast_math)
+    if backend == "cpu":
+        from . import _core, msl
+        path = msl.build(source, filename, include_dirs, consts, fast_math)
+        key = key + (path,)
+        with _lock:
+            lib = _libraries.get(key)
+            if lib is None:
+                lib = _libraries[key] = Library(_core.load_cpu_library(path), filename, backend)
+        return lib
+    from . import _core
+    with _lock:
+        lib = _libraries.get(key)
+        if lib is None:
+            lib = _libraries[key] = Library(
+                _core.metal_compile(source, filename, list(include_dirs), consts, fast_math), filename, backend)
+    return lib
+
+
+def load(path: Union[str, os.PathLike], *, include_dirs: Iterable[str] = (), constants: Constants | None = None,
+         fast_math: bool = False) -> Library:
+    """Compile a ``.metal`` file; its own folder is searched first for ``#include "..."``.
+
+    >>> import metalkit, pathlib
+    >>> lib = metalkit.load(pathlib.Path(metalkit.__file__).parent / "kernels" / "add_arrays.metal")
+    >>> lib.kernels
+    ['add_arrays']
+    """
+    p = Path(path)
+    try:
+        source = p.read_text()
+    except OSError as e:
+        raise CompileError(f"cannot read {p}: {e.strerror}", filename=str(p)) from None
+    return compile(source, filename=str(p), include_dirs=(str(p.resolve().parent), *include_dirs),
+                   constants=constants, fast_math=fast_math)

@@ -1,0 +1,118 @@
+"""MSL source -> a loaded-ready native module, cached in memory and on disk.
+
+Pipeline: ``clang -E`` (so macros that generate kernels are expanded), the
+token pre-pass (MSL -> C++, kernels found), launchers appended, ``clang -O2
+-shared``. The module carries its own kernel table, so a disk hit needs nothing
+but the file.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import tempfile
+import threading
+from pathlib import Path
+
+from ..errors import CompileError
+from . import cache, codegen, toolchain
+from .prepass import MslError, prepass
+
+_lock = threading.Lock()
+_key_locks: dict[str, threading.Lock] = {}
+_memory: dict[str, tuple[str, dict[str, tuple[int, int]]]] = {}
+
+_NOT_USER = ("<built-in>", "<command line>", "<scratch space>")
+_DIAG = re.compile(r"^(?P<file>.+?):(?P<line>\d+):(?P<col>\d+): (?:fatal )?error: (?P<msg>.*)$", re.M)
+
+
+def _stat(path: str) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+        return st.st_mtime_ns, st.st_size
+    except OSError:
+        return None
+
+
+def build(source: str, filename: str = "<source>", include_dirs=(), constants=None, fast_math: bool = False) -> str:
+    """Path of the compiled module for this source and these options."""
+    tc = toolchain.find()
+    include_dirs = [os.path.abspath(d) for d in include_dirs]
+    constants = dict(constants or {})
+    k = cache.key(source, filename, include_dirs, constants, fast_math, tc.identity)
+    hit = _memory.get(k)
+    if hit and all(_stat(p) == st for p, st in hit[1].items()):
+        return hit[0]
+    with _lock:
+        key_lock = _key_locks.setdefault(k, threading.Lock())
+    with key_lock:
+        out_dir = cache.cache_dir()
+        so, manifest = out_dir / f"{k}.so", out_dir / f"{k}.json"
+        deps = _valid_entry(so, manifest)
+        if deps is None:
+            deps = _compile(tc, source, filename, include_dirs, constants, fast_math, so, manifest)
+        _memory[k] = (str(so), {p: _stat(p) for p in deps})
+        return str(so)
+
+
+def _valid_entry(so: Path, manifest: Path) -> list[str] | None:
+    try:
+        deps = json.loads(manifest.read_text())["deps"]
+    except (OSError, ValueError, KeyError):
+        return None
+    if not so.exists() or any(cache.file_digest(p) != digest for p, digest in deps.items()):
+        return None
+    return list(deps)
+
+
+def _compile(tc, source, filename, include_dirs, constants, fast_math, so: Path, manifest: Path) -> list[str]:
+    so.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=so.parent, prefix="build-") as tmp:
+        src = Path(tmp) / "source.metal"
+        # #line keeps every diagnostic in the user's own file name and lines.
+        src.write_text(f'#line 1 "{_escape(filename)}"\n{source}')
+        pp = _run(tc.preprocess(str(src), include_dirs), source, filename)
+        user = lambda f: f not in _NOT_USER and not f.startswith(toolchain.INCLUDE_DIR) and f != str(src)
+        try:
+            result = prepass(pp, user, constants)
+        except MslError as e:
+            raise CompileError(e.msg, filename=e.file, lineno=e.line or None, offset=e.col or None,
+                               text=_source_line(e.file, e.line, source, filename), log=str(e)) from None
+        module = Path(tmp) / "module.cpp"
+        module.write_text(result.text + "\n" + codegen.launchers(result.kernels))
+        out = Path(tmp) / "module.so"
+        _run(tc.compile(str(module), str(out), fast_math), source, filename)
+        deps = {f: cache.file_digest(f) for f in result.files if f != filename and os.path.isfile(f)}
+        os.replace(out, so)
+        tmp_manifest = Path(tmp) / "manifest.json"
+        tmp_manifest.write_text(json.dumps({"deps": deps, "kernels": [k.host_name for k in result.kernels]}))
+        os.replace(tmp_manifest, manifest)
+    return list(deps)
+
+
+def _escape(s: str) -> str:
+    return s.replace("\\", "\\\\").replace('"', '\\"')
+
+
+def _run(cmd: list[str], source: str, filename: str) -> str:
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode == 0:
+        return proc.stdout
+    log = proc.stderr.strip()
+    m = _DIAG.search(log)
+    if not m:
+        raise CompileError(f"the compiler failed: {log or proc.returncode}", filename=filename, log=log)
+    f, line, col, msg = m["file"], int(m["line"]), int(m["col"]), m["msg"]
+    if f == "<metalkit launchers>":
+        msg = f"a kernel signature the CPU backend cannot launch: {msg}"
+    raise CompileError(msg, filename=f, lineno=line, offset=col,
+                       text=_source_line(f, line, source, filename), log=log)
+
+
+def _source_line(f: str, line: int, source: str, filename: str) -> str | None:
+    try:
+        text = source if f == filename else Path(f).read_text()
+        return text.splitlines()[line - 1]
+    except (OSError, IndexError, ValueError):
+        return None

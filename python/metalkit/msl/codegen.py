@@ -1,0 +1,89 @@
+"""Generates the launchers appended to a pre-passed source.
+
+Each kernel gets a constexpr pointer to it, an ``mk_arg_info`` table whose
+types are filled in by the compiler from the real parameter types (so the
+module describes itself), and a launch function that runs a range of
+threadgroups. The module exports ``metalkit_module()`` returning the table.
+"""
+from __future__ import annotations
+
+from .prepass import Kernel
+
+_KIND = {"buffer": "MK_ARG_BUFFER", "scalar": "MK_ARG_SCALAR",
+         "threadgroup": "MK_ARG_THREADGROUP", "builtin": "MK_ARG_BUILTIN"}
+
+# Builtin attribute -> value, from the mk::thread_ids `t` of the current thread.
+_BUILTIN = {
+    "thread_position_in_grid": "t.pos_in_grid",
+    "thread_position_in_threadgroup": "t.pos_in_group",
+    "threadgroup_position_in_grid": "t.group_pos",
+    "threads_per_threadgroup": "t.group_size",
+    "dispatch_threads_per_threadgroup": "t.dispatch_group_size",
+    "threadgroups_per_grid": "t.ngroups",
+    "threads_per_grid": "t.grid",
+    "grid_size": "t.grid",
+    "grid_origin": "mk::u3{0u, 0u, 0u}",
+    "thread_index_in_threadgroup": "t.index_in_group",
+    "thread_execution_width": "32u",
+    "threads_per_simdgroup": "32u",
+    "thread_index_in_simdgroup": "(t.index_in_group % 32u)",
+    "simdgroup_index_in_threadgroup": "(t.index_in_group / 32u)",
+    "simdgroups_per_threadgroup": "((t.group_size.x * t.group_size.y * t.group_size.z + 31u) / 32u)",
+    "dispatch_simdgroups_per_threadgroup":
+        "((t.dispatch_group_size.x * t.dispatch_group_size.y * t.dispatch_group_size.z + 31u) / 32u)",
+    "thread_index_in_quadgroup": "(t.index_in_group % 4u)",
+    "quadgroup_index_in_threadgroup": "(t.index_in_group / 4u)",
+    "quadgroups_per_threadgroup": "((t.group_size.x * t.group_size.y * t.group_size.z + 3u) / 4u)",
+}
+
+
+def _c_string(s: str) -> str:
+    return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def launchers(kernels: list[Kernel]) -> str:
+    out = ['# 1 "<metalkit launchers>"', "#include <metalkit/launch.h>", "namespace {"]
+    for n, k in enumerate(kernels):
+        fp = f"__mk_k{n}"
+        out.append(f"constexpr auto {fp} = {k.pointer};")
+        out.append(f"using __mk_F{n} = decltype({fp});")
+        rows = []
+        for i, p in enumerate(k.params):
+            rows.append(f"  mk::describe<mk::param_t<__mk_F{n}, {i}>>({_c_string(p.name)}, {_c_string(p.decl)}, "
+                        f"{_c_string(p.builtin)}, {p.index}, {_KIND[p.kind]}, {p.space}),")
+        out.append(f"const mk_arg_info __mk_args{n}[] = {{")
+        out.extend(rows or ["  {}"])
+        out.append("};")
+        binds, call = [], []
+        for i, p in enumerate(k.params):
+            P = f"mk::param_t<__mk_F{n}, {i}>"
+            if p.kind == "builtin":
+                call.append(f"mk::builtin<{P}>({_BUILTIN[p.builtin]})")
+            elif p.kind == "threadgroup":
+                binds.append(f"  {P} a{i} = ({P})(tg + (unsigned long long)d->args[{i}]);")
+                call.append(f"a{i}")
+            else:
+                binds.append(f"  {P} a{i} = mk::bind<{P}>::get(d->args[{i}]);")
+                call.append(f"a{i}")
+        out.append(f"void __mk_launch{n}(const mk_dispatch* d, mk_u64 first, mk_u64 last, char* tg) {{")
+        out.append("  (void)tg;")
+        out.extend(binds)
+        out.append("  mk::run_groups(d, first, last, [&](const mk::thread_ids& t) __attribute__((always_inline)) {")
+        out.append("    (void)t;")
+        out.append(f"    {fp}({', '.join(call)});")
+        out.append("  });")
+        out.append("}")
+    out.append("const mk_kernel_info __mk_kernels[] = {")
+    for n, k in enumerate(kernels):
+        flags = "MK_KERNEL_NEEDS_FIBERS" if k.needs_sync else "0"
+        nargs = len(k.params)
+        out.append(f"  {{{_c_string(k.host_name)}, __mk_args{n}, {nargs}, {k.max_threads}, {flags}, 0, "
+                   f"__mk_launch{n}, {_c_string(k.file)}, {k.line}}},")
+    if not kernels:
+        out.append("  {}")
+    out.append("};")
+    out.append("const mk_module_info __mk_module = {MK_ABI_VERSION, "
+               f"{len(kernels)}, __mk_kernels}};")
+    out.append("}  // namespace")
+    out.append("MK_EXPORT const mk_module_info* metalkit_module(void) { return &__mk_module; }")
+    return "\n".join(out) + "\n"

@@ -1,0 +1,592 @@
+"""Token pre-pass: makes preprocessed MSL compile as C++ and finds its kernels.
+
+Works on the output of ``clang -E`` so that kernels produced by macros (as in
+real libraries) are seen. Only lines that came from the user's files are
+touched; metalkit's own headers pass through. Rewrites keep every other token
+in its column, so clang's diagnostics still point at the user's source:
+
+- MSL attributes ``[[buffer(0)]]``, ``[[thread_position_in_grid]]`` ... are
+  recorded and blanked; standard C++ attributes stay.
+- ``device``/``thread``/``kernel`` are blanked, ``constant`` becomes ``const``;
+  ``threadgroup`` storage declared in a function body becomes per-threadgroup
+  storage (one OS thread runs a whole threadgroup, so ``thread_local`` is
+  exactly per-group).
+- ``template [[host_name("x")]] kernel ...;`` stays an explicit instantiation
+  and also declares a pointer to the instantiation for the launcher.
+- ``[[function_constant(i)]]`` declarations get the value bound at compile time.
+
+Kernel signatures are read here, at token level; types are described by the
+compiled module itself (see ``metalkit/launch.h``), so nothing else is needed
+to reflect a kernel.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .tokens import Token, parse_marker, tokenize_line
+
+STD_ATTRS = {
+    "maybe_unused", "likely", "unlikely", "fallthrough", "nodiscard", "noreturn",
+    "deprecated", "carries_dependency", "no_unique_address", "assume",
+}
+BUILTINS = {
+    "thread_position_in_grid", "thread_position_in_threadgroup", "threadgroup_position_in_grid",
+    "threads_per_threadgroup", "dispatch_threads_per_threadgroup", "threadgroups_per_grid",
+    "threads_per_grid", "grid_size", "grid_origin", "thread_index_in_threadgroup",
+    "thread_execution_width", "threads_per_simdgroup", "thread_index_in_simdgroup",
+    "simdgroup_index_in_threadgroup", "simdgroups_per_threadgroup",
+    "dispatch_simdgroups_per_threadgroup", "thread_index_in_quadgroup",
+    "quadgroup_index_in_threadgroup", "quadgroups_per_threadgroup",
+}
+SPACES = {"device": 1, "constant": 2, "threadgroup": 3, "thread": 4}
+# Functions that make the threads of a group depend on one another.
+SYNC_FUNCTIONS = ("threadgroup_barrier", "simdgroup_barrier", "simd_", "quad_")
+UNSUPPORTED_PARAM_ATTRS = {"stage_in", "texture", "sampler", "payload", "imageblock_data",
+                           "color", "raster_order_group", "indirect_buffer"}
+
+
+class MslError(Exception):
+    """A problem found in the source, with its location."""
+
+    def __init__(self, file: str, line: int, col: int, msg: str):
+        super().__init__(f"{file}:{line}:{col}: error: {msg}")
+        self.file, self.line, self.col, self.msg = file, line, col, msg
+
+
+@dataclass
+class Attr:
+    name: str
+    args: str  # raw text inside the parentheses, "" if none
+
+
+@dataclass
+class Param:
+    name: str
+    decl: str
+    space: int
+    kind: str          # buffer | scalar | threadgroup | builtin
+    index: int         # buffer/threadgroup index, -1 for builtins
+    builtin: str = ""
+
+
+@dataclass
+class Kernel:
+    host_name: str
+    pointer: str                 # C++ constant expression: a pointer to the function
+    params: list[Param]
+    file: str
+    line: int
+    max_threads: int = 1024
+    needs_sync: bool = False
+    function: str = ""           # the C++ function (template) name
+
+
+@dataclass
+class Result:
+    text: str
+    kernels: list[Kernel]
+    files: list[str] = field(default_factory=list)  # user files seen (dependencies)
+
+
+@dataclass
+class _FnDef:
+    name: str
+    params: list[Param]
+    body: tuple[int, int]       # token range of the body
+    is_kernel: bool
+    is_template: bool
+    attrs: list[Attr]
+    scope: str
+    tok: Token
+
+
+class _Source:
+    """Tokens of the user's lines plus the edits to apply to them."""
+
+    def __init__(self, text: str, is_user):
+        self.lines = text.split("\n")
+        self.loc: dict[int, tuple[str, int]] = {}
+        self.toks: list[Token] = []
+        self.files: list[str] = []
+        self.edits: dict[int, list[tuple[int, int, str]]] = {}
+        cur_file, cur_line, user = "<unknown>", 1, False
+        for i, line in enumerate(self.lines):
+            if line.startswith("#"):
+                m = parse_marker(line)
+                if m:
+                    cur_line, cur_file = m
+                    user = is_user(cur_file)
+                    if user and cur_file not in self.files:
+                        self.files.append(cur_file)
+                    continue
+                cur_line += 1
+                continue
+            if user:
+                self.loc[i] = (cur_file, cur_line)
+                self.toks.extend(tokenize_line(line, i))
+            cur_line += 1
+
+    def where(self, tok: Token) -> tuple[str, int, int]:
+        f, ln = self.loc.get(tok.line, ("<unknown>", 0))
+        return f, ln, tok.col + 1
+
+    def error(self, tok: Token, msg: str) -> MslError:
+        return MslError(*self.where(tok), msg)
+
+    def replace(self, first: int, last: int, text: str) -> None:
+        """Replace tokens [first, last] by text, padded to keep later columns."""
+        a, b = self.toks[first], self.toks[last]
+        if a.line == b.line:
+            width = b.col + len(b.text) - a.col
+            self.edits.setdefault(a.line, []).append((a.col, a.col + width, text.ljust(width)))
+            return
+        for t in self.toks[first + 1:last + 1]:
+            self.edits.setdefault(t.line, []).append((t.col, t.col + len(t.text), " " * len(t.text)))
+        self.edits.setdefault(a.line, []).append((a.col, a.col + len(a.text), text.ljust(len(a.text))))
+
+    def blank(self, first: int, last: int) -> None:
+        self.replace(first, last, "")
+
+    def render(self) -> str:
+        lines = list(self.lines)
+        for i, edits in self.edits.items():
+            s = lines[i]
+            for a, b, text in sorted(edits, reverse=True):
+                s = s[:a] + text + s[b:]
+            lines[i] = s
+        return "\n".join(lines)
+
+
+def _match(toks: list[Token], i: int, open_: str, close: str) -> int:
+    depth = 0
+    for j in range(i, len(toks)):
+        t = toks[j].text
+        if t == open_:
+            depth += 1
+        elif t == close:
+            depth -= 1
+            if depth == 0:
+                return j
+    raise IndexError
+
+
+def _match_angle(toks: list[Token], i: int) -> int:
+    depth = 0
+    for j in range(i, len(toks)):
+        t = toks[j].text
+        if t in "([{":
+            depth += 100
+        elif t in ")]}":
+            depth -= 100
+        elif t == "<":
+            depth += 1
+        elif t == ">":
+            depth -= 1
+        elif t == ">>":
+            depth -= 2
+        if depth <= 0 and t in (">", ">>"):
+            return j
+    raise IndexError
+
+
+def _parse_attrs(toks: list[Token], a: int, b: int) -> list[Attr]:
+    """Attributes in the block toks[a] == '[' ... toks[b] == ']'."""
+    inner = toks[a + 2:b - 1]
+    out, cur, depth = [], [], 0
+    for t in inner + [Token(",", "punct", 0, 0)]:
+        if t.text == "," and depth == 0:
+            if cur:
+                name = cur[0].text
+                k = 1
+                while k + 1 < len(cur) and cur[k].text == "::":
+                    name += "::" + cur[k + 1].text
+                    k += 2
+                args = " ".join(x.text for x in cur[k + 1:-1]) if k < len(cur) and cur[k].text == "(" else ""
+                out.append(Attr(name, args))
+            cur = []
+            continue
+        depth += t.text in "([{"
+        depth -= t.text in ")]}"
+        cur.append(t)
+    return out
+
+
+def _int_arg(src: _Source, attr: Attr, tok: Token) -> int:
+    try:
+        return int(attr.args.replace(" ", "").rstrip("uUlL"), 0)
+    except ValueError:
+        raise src.error(tok, f"[[{attr.name}({attr.args})]] needs an integer literal") from None
+
+
+def _literal(value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return f"{value}ll" if value < 2**63 else f"{value}ull"
+    if isinstance(value, float):
+        return value.hex() if value == value and abs(value) != float("inf") else (
+            "__builtin_nanf(\"\")" if value != value else ("__builtin_inff()" if value > 0 else "-__builtin_inff()"))
+    raise TypeError(f"function constant values must be bool, int or float, not {type(value).__name__}")
+
+
+def prepass(text: str, is_user, constants: dict | None = None) -> Result:
+    src = _Source(text, is_user)
+    toks = src.toks
+    n = len(toks)
+    constants = dict(constants or {})
+    used_constants: set = set()
+
+    # 1. Attribute blocks.
+    attr_at: dict[int, tuple[int, list[Attr]]] = {}
+    i = 0
+    while i < n - 1:
+        if toks[i].text == "[" and toks[i + 1].text == "[":
+            try:
+                j = _match(toks, i, "[", "]")
+            except IndexError:
+                raise src.error(toks[i], "unterminated attribute") from None
+            attrs = _parse_attrs(toks, i, j)
+            if not all(a.name in STD_ATTRS or "::" in a.name for a in attrs):
+                attr_at[i] = (j, attrs)
+            i = j + 1
+            continue
+        i += 1
+
+    attr_end = {e: s for s, (e, _) in attr_at.items()}
+    consumed: set[int] = set()
+
+    def skip_attrs(k: int) -> int:
+        while k in attr_at:
+            k = attr_at[k][0] + 1
+        return k
+
+    def attrs_between(a: int, b: int) -> list[Attr]:
+        return [x for k, (_, al) in attr_at.items() if a <= k < b for x in al]
+
+    # 2. Scopes (namespaces) and function definitions at namespace scope.
+    fndefs: list[_FnDef] = []
+    instantiations: list[tuple[int, int]] = []
+    kernel_marks = {i for i, t in enumerate(toks) if t.text == "kernel" and t.kind == "id"}
+    kernel_marks |= {k for k, (_, al) in attr_at.items() if any(a.name == "kernel" for a in al)}
+    for k in kernel_marks:
+        t = toks[k]
+        if t.text in ("vertex", "fragment"):
+            raise src.error(t, "vertex and fragment functions cannot run on the CPU backend")
+    for i, t in enumerate(toks):
+        if t.text in ("vertex", "fragment") and t.kind == "id" and i + 1 < n and toks[i + 1].kind == "id":
+            raise src.error(t, f"{t.text} functions cannot run on metalkit's CPU backend; only kernel functions can")
+
+    scope: list[str] = []      # namespace names ("" for other braces)
+    stmt_start = 0
+    i = 0
+    while i < n:
+        t = toks[i]
+        if i in attr_at:
+            i = attr_at[i][0] + 1
+            continue
+        if t.text == "namespace":
+            j = i + 1
+            names = []
+            while j < n and toks[j].text not in ("{", ";", "="):
+                if toks[j].kind == "id":
+                    names.append(toks[j].text)
+                j += 1
+            if j < n and toks[j].text == "{":
+                scope.append("::".join(names) or "<anon>")
+                i = j + 1
+                stmt_start = i
+                continue
+        if t.text == "template" and i + 1 < n and skip_attrs(i + 1) < n and toks[skip_attrs(i + 1)].text != "<":
+            j = i
+            while j < n and toks[j].text != ";":
+                j += 1
+            instantiations.append((i, j))
+            i = j + 1
+            stmt_start = i
+            continue
+        if t.text == "(" and all(s != "" for s in scope):
+            # A function definition at namespace scope: name ( params ) ... {
+            try:
+                close = _match(toks, i, "(", ")")
+            except IndexError:
+                raise src.error(t, "unbalanced parentheses") from None
+            k = skip_attrs(close + 1)
+            while k < n and toks[k].text in ("const", "noexcept", "override", "->") or (
+                    k < n and toks[k].kind == "id" and toks[k - 1].text == "->"):
+                k = skip_attrs(k + 1)
+            prev = i - 1
+            while prev in attr_end:
+                prev = attr_end[prev] - 1
+            if k < n and toks[k].text == "{" and prev >= stmt_start and toks[prev].kind == "id":
+                body_end = _match(toks, k, "{", "}")
+                head = range(stmt_start, i)
+                is_kernel = any(h in kernel_marks for h in head)
+                is_template = toks[stmt_start].text == "template"
+                params = _parse_params(src, i, close, attr_at) if is_kernel else []
+                fndefs.append(_FnDef(toks[prev].text, params, (k, body_end), is_kernel, is_template,
+                                     attrs_between(stmt_start, i), "::".join(s for s in scope if s != "<anon>"),
+                                     toks[prev]))
+                _rewrite_threadgroup_storage(src, k, body_end)
+                i = body_end + 1
+                stmt_start = i
+                continue
+            i = close + 1
+            continue
+        if t.text == "{":
+            scope.append("")
+        elif t.text == "}":
+            if scope:
+                scope.pop()
+            stmt_start = i + 1
+        elif t.text == ";":
+            stmt_start = i + 1
+        i += 1
+
+    # 3. Function constants.
+    for k, (end, attrs) in list(attr_at.items()):
+        fc = [a for a in attrs if a.name == "function_constant"]
+        if not fc:
+            continue
+        consumed.add(k)
+        idx = _int_arg(src, fc[0], toks[k])
+        name_tok = toks[k - 1]
+        semi = end + 1
+        if semi >= n or toks[semi].text != ";" or name_tok.kind != "id":
+            raise src.error(toks[k], "a function constant is declared as `constant T name [[function_constant(i)]];`")
+        key = name_tok.text if name_tok.text in constants else idx if idx in constants else None
+        if key is not None:
+            used_constants.add(key)
+            src.replace(k, end, f"= {_literal(constants[key])}")
+        else:
+            src.replace(k, end, "{}")
+        defined = key is not None
+        for j in range(n - 3):
+            if (toks[j].text == "is_function_constant_defined" and toks[j + 1].text == "("
+                    and toks[j + 2].text == name_tok.text and toks[j + 3].text == ")"):
+                src.replace(j, j + 3, "true" if defined else "false")
+    unknown = [k for k in constants if k not in used_constants]
+    if unknown:
+        raise MslError("<constants>", 0, 0, f"no function constant named or numbered {unknown[0]!r} in the source; "
+                       "declare it as `constant T name [[function_constant(i)]];` or drop it from constants=")
+
+    # 4. Kernels: plain definitions and host_name instantiations of templates.
+    kernels: list[Kernel] = []
+    by_name = {}
+    for f in fndefs:
+        by_name.setdefault(f.name, f)
+    for f in fndefs:
+        if f.is_kernel and not f.is_template:
+            host = next((a.args.strip('" ') for a in f.attrs if a.name == "host_name"), f.name)
+            qual = f"::{f.scope}::{f.name}" if f.scope else f"::{f.name}"
+            kernels.append(Kernel(host, "&" + qual, f.params, *src.where(f.tok)[:2], _max_threads(src, f),
+                                  function=f.name))
+    for a, b in instantiations:
+        kernels.append(_instantiation(src, a, b, attr_at, kernel_marks, by_name, fndefs, len(kernels)))
+    names = {}
+    for k in kernels:
+        if k.host_name in names:
+            raise MslError(k.file, k.line, 1, f"two kernels are named {k.host_name!r}; give each a distinct name")
+        names[k.host_name] = k
+    _mark_sync(kernels, fndefs, by_name, toks)
+
+    # 5. Keywords, last, so they never hide a kernel or an attribute from the scans above.
+    for k, (end, _) in attr_at.items():
+        if k not in consumed:
+            src.blank(k, end)
+    for i, t in enumerate(toks):
+        if t.kind != "id":
+            continue
+        if t.text in ("device", "thread", "kernel"):
+            src.blank(i, i)
+        elif t.text == "constant":
+            src.replace(i, i, "const")
+        elif t.text == "threadgroup" and not any(a == t.col for a, _, _ in src.edits.get(t.line, [])):
+            src.blank(i, i)
+    return Result(src.render(), kernels, src.files)
+
+
+def _rewrite_threadgroup_storage(src: _Source, a: int, b: int) -> None:
+    """`threadgroup T x[N];` in a function body: per-threadgroup storage."""
+    toks = src.toks
+    for i in range(a, b):
+        if toks[i].text != "threadgroup" or toks[i - 1].text not in ("{", ";", "}", ":"):
+            continue
+        j = i + 1
+        depth = 0
+        pointer = False
+        while j < b and not (depth == 0 and toks[j].text in (";", "=", "[", ",")):
+            depth += toks[j].text in "(<"
+            depth -= toks[j].text in ")>"
+            pointer |= depth == 0 and toks[j].text in ("*", "&", "&&")
+            j += 1
+        if not pointer:
+            src.replace(i, i, "static thread_local")
+
+
+def _parse_params(src: _Source, open_: int, close: int, attr_at) -> list[Param]:
+    toks = src.toks
+    groups, cur, depth = [], [], 0
+    k = open_ + 1
+    while k < close:
+        if k in attr_at:
+            cur.append(("attr", k))
+            k = attr_at[k][0] + 1
+            continue
+        t = toks[k].text
+        if t == "," and depth == 0:
+            groups.append(cur)
+            cur = []
+        else:
+            depth += t in "([{" or t == "<"
+            depth -= t in ")]}" or t == ">"
+            depth -= 2 * (t == ">>")
+            cur.append(("tok", k))
+        k += 1
+    if cur:
+        groups.append(cur)
+    params = []
+    next_buffer = 0
+    for g in groups:
+        words = [toks[k] for kind, k in g if kind == "tok"]
+        if len(words) == 1 and words[0].text == "void":
+            continue
+        attrs = [a for kind, k in g if kind == "attr" for a in attr_at[k][1]]
+        ids = [w for w in words if w.kind == "id" and w.text not in ("const", "volatile", "restrict", "__restrict")]
+        if len(ids) < 2:
+            raise src.error(words[0] if words else toks[open_], "every kernel parameter needs a name")
+        name = ids[-1].text
+        decl = " ".join(w.text for w in words).replace(" *", "*").replace(" &", "&")
+        space = next((SPACES[w.text] for w in words if w.text in SPACES), 0)
+        pointer = any(w.text == "*" for w in words)
+        ref = any(w.text in ("&", "&&") for w in words)
+        builtin = [a for a in attrs if a.name in BUILTINS]
+        bad = [a for a in attrs if a.name in UNSUPPORTED_PARAM_ATTRS]
+        if bad:
+            raise src.error(ids[-1], f"[[{bad[0].name}]] parameters (textures, samplers, stage_in) are not supported "
+                                     "by the CPU backend; pass data as device buffers")
+        unknown = [a for a in attrs if a.name not in BUILTINS and a.name not in ("buffer", "threadgroup", "id")]
+        if unknown:
+            raise src.error(ids[-1], f"unknown parameter attribute [[{unknown[0].name}]] on '{name}'")
+        if builtin:
+            params.append(Param(name, decl, space, "builtin", -1, builtin[0].name))
+            continue
+        tg = [a for a in attrs if a.name == "threadgroup"]
+        if tg or space == SPACES["threadgroup"]:
+            idx = _int_arg(src, tg[0], ids[-1]) if tg else 0
+            params.append(Param(name, decl, space, "threadgroup", idx))
+            continue
+        buf = [a for a in attrs if a.name == "buffer"]
+        idx = _int_arg(src, buf[0], ids[-1]) if buf else next_buffer
+        next_buffer = idx + 1
+        if pointer or (ref and space == SPACES["device"]):
+            kind = "buffer"
+        else:
+            kind = "scalar"
+        params.append(Param(name, decl, space, kind, idx))
+    seen = {}
+    for p in params:
+        if p.kind in ("buffer", "scalar"):
+            if p.index in seen:
+                raise src.error(toks[open_], f"parameters '{seen[p.index]}' and '{p.name}' both use [[buffer({p.index})]]")
+            seen[p.index] = p.name
+    return params
+
+
+def _max_threads(src: _Source, f: _FnDef) -> int:
+    for a in f.attrs:
+        if a.name == "max_total_threads_per_threadgroup":
+            return _int_arg(src, a, f.tok)
+    return 1024
+
+
+def _instantiation(src: _Source, a: int, b: int, attr_at, kernel_marks, by_name, fndefs, serial) -> Kernel:
+    """`template [[host_name("x")]] kernel DECL;` -> a Kernel and a pointer declaration."""
+    toks = src.toks
+    attrs = [x for k, (_, al) in attr_at.items() if a <= k < b for x in al]
+    host = next((x.args.strip('" ') for x in attrs if x.name == "host_name"), None)
+    # The declarator-id: the last name at paren depth 0 followed by <...>, ( or ;.
+    name_i, targs_end, depth = None, None, 0
+    k = a + 1
+    while k < b:
+        if k in attr_at:
+            k = attr_at[k][0] + 1
+            continue
+        t = toks[k]
+        if t.text == "(":
+            if depth == 0 and name_i is not None and targs_end == k - 1:
+                break
+            depth += 1
+        elif t.text == ")":
+            depth -= 1
+        elif depth == 0 and t.kind == "id" and t.text not in ("kernel", "device", "constant", "thread", "threadgroup"):
+            nxt = k + 1
+            if nxt < b and toks[nxt].text == "<":
+                try:
+                    nxt = _match_angle(toks, nxt) + 1
+                except IndexError:
+                    nxt = b
+            if nxt == b or toks[nxt].text == "(":
+                name_i, targs_end = k, nxt - 1
+                if nxt == b:
+                    break
+                k = nxt
+                continue
+        k += 1
+    if name_i is None:
+        raise src.error(toks[a], "cannot read this template instantiation; write it as "
+                                 "`template [[host_name(\"name\")]] kernel void f<T>(params...);`")
+    fname = toks[name_i].text
+    if host is None:
+        host = fname
+    tmpl = by_name.get(fname)
+    if tmpl is None or not tmpl.is_kernel:
+        raise src.error(toks[name_i], f"'{fname}' is instantiated as a kernel but no kernel template of that name "
+                                      "is defined before it")
+    ref = "&" + " ".join(t.text for t in toks[name_i:targs_end + 1])
+    ptr = f"__mk_fp_{serial}"
+    words = []
+    k = a + 1
+    while k < b:
+        if k in attr_at:
+            k = attr_at[k][0] + 1
+            continue
+        t = toks[k].text
+        if k == name_i:
+            words.append(f"(*{ptr})")
+            k = targs_end + 1
+            continue
+        if t not in ("kernel",):
+            words.append("const" if t == "constant" else "" if t in ("device", "thread", "threadgroup") else t)
+        k += 1
+    # Declared in place (same scope as the instantiation), on the same line.
+    decl = f" static constexpr {' '.join(w for w in words if w)} = {ref};"
+    last = toks[b]
+    src.edits.setdefault(last.line, []).append((last.col + 1, last.col + 1, decl))
+    qual = f"::{tmpl.scope}::{ptr}" if tmpl.scope else f"::{ptr}"
+    return Kernel(host, qual, tmpl.params, *src.where(toks[name_i])[:2], _max_threads(src, tmpl),
+                  function=fname)
+
+
+def _mark_sync(kernels: list[Kernel], fndefs: list[_FnDef], by_name, toks: list[Token]) -> None:
+    """A kernel needs fibers if it or anything it calls uses a barrier or SIMD-group function."""
+    direct: dict[str, bool] = {}
+    calls: dict[str, set[str]] = {}
+    for f in fndefs:
+        a, b = f.body
+        ids = {t.text for t in toks[a:b] if t.kind == "id"}
+        direct[f.name] = direct.get(f.name, False) or any(x.startswith(SYNC_FUNCTIONS) for x in ids)
+        calls.setdefault(f.name, set()).update(x for x in ids if x in by_name and x != f.name)
+
+    memo: dict[str, bool] = {}
+
+    def needs(name: str, stack=()) -> bool:
+        if name in memo:
+            return memo[name]
+        if name in stack:
+            return False
+        r = direct.get(name, False) or any(needs(c, stack + (name,)) for c in calls.get(name, ()))
+        memo[name] = r
+        return r
+
+    for k in kernels:
+        k.needs_sync = needs(k.function)

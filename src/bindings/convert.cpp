@@ -1,0 +1,201 @@
+#include "convert.h"
+
+#include <pybind11/numpy.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "../core/errors.h"
+
+namespace py = pybind11;
+
+namespace mk {
+namespace {
+
+uint16_t float_to_half(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  uint32_t sign = (x >> 16) & 0x8000u;
+  uint32_t mag = x & 0x7FFFFFFFu;
+  if (mag >= 0x7F800000u) return uint16_t(sign | 0x7C00u | (mag > 0x7F800000u ? 0x200u : 0u));
+  if (mag >= 0x477FF000u) return uint16_t(sign | 0x7C00u);  // rounds past 65504
+  if (mag < 0x38800000u) {                                  // subnormal or zero in half
+    float a;
+    std::memcpy(&a, &mag, 4);
+    return uint16_t(sign | uint32_t(std::nearbyint(a * 16777216.0f)));  // a / 2^-24, ties to even
+  }
+  uint32_t r = mag + 0xC8000FFFu + ((mag >> 13) & 1u);  // rebias and round to nearest even
+  return uint16_t(sign | (r >> 13));
+}
+
+uint16_t float_to_bfloat(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  if ((x & 0x7FFFFFFFu) > 0x7F800000u) return uint16_t((x >> 16) | 0x40u);
+  x += 0x7FFFu + ((x >> 16) & 1u);
+  return uint16_t(x >> 16);
+}
+
+[[noreturn]] void fail(const std::string& kernel, const ArgSpec& s, const std::string& what) {
+  throw ArgumentError("kernel '" + kernel + "': " + describe_param(s) + " " + what);
+}
+
+bool is_integer(py::handle v) {
+  if (PyBool_Check(v.ptr())) return false;
+  if (PyLong_Check(v.ptr())) return true;
+  static py::object integer = py::module_::import("numpy").attr("integer");
+  return py::isinstance(v, integer);
+}
+
+bool is_number(py::handle v) {
+  if (PyFloat_Check(v.ptr()) || is_integer(v)) return true;
+  static py::object floating = py::module_::import("numpy").attr("floating");
+  return py::isinstance(v, floating);
+}
+
+bool is_bool(py::handle v) {
+  if (PyBool_Check(v.ptr())) return true;
+  static py::object bool_ = py::module_::import("numpy").attr("bool_");
+  return py::isinstance(v, bool_);
+}
+
+template <class T>
+void put_int(const std::string& k, const ArgSpec& s, py::handle v, void* dst) {
+  if (!is_integer(v)) fail(k, s, "takes an integer, got " + std::string(py::str(py::type::of(v).attr("__name__"))) +
+                                  "; pass an int (no silent conversion)");
+  py::int_ i = py::reinterpret_steal<py::int_>(PyNumber_Index(v.ptr()));
+  int overflow = 0;
+  long long sv = PyLong_AsLongLongAndOverflow(i.ptr(), &overflow);
+  bool ok;
+  T out;
+  if (overflow > 0 || (overflow == 0 && sv >= 0 && std::is_unsigned<T>::value)) {
+    unsigned long long uv = PyLong_AsUnsignedLongLong(i.ptr());
+    if (PyErr_Occurred()) {
+      PyErr_Clear();
+      ok = false;
+    } else {
+      ok = uv <= (unsigned long long)std::numeric_limits<T>::max();
+    }
+    out = T(uv);
+  } else {
+    ok = overflow == 0 && sv >= (long long)std::numeric_limits<T>::min() &&
+         (sv < 0 || (unsigned long long)sv <= (unsigned long long)std::numeric_limits<T>::max());
+    out = T(sv);
+  }
+  if (!ok)
+    fail(k, s, "got " + std::string(py::str(v)) + ", out of range for " + msl_type_name(s.type) + " [" +
+                   std::to_string(+std::numeric_limits<T>::min()) + ", " + std::to_string(+std::numeric_limits<T>::max()) + "]");
+  std::memcpy(dst, &out, sizeof(T));
+}
+
+void put_float(const std::string& k, const ArgSpec& s, py::handle v, void* dst) {
+  if (!is_number(v)) fail(k, s, "takes a number, got " + std::string(py::str(py::type::of(v).attr("__name__"))));
+  double d = PyFloat_AsDouble(v.ptr());
+  if (d == -1.0 && PyErr_Occurred()) {
+    PyErr_Clear();
+    fail(k, s, "got a value that does not convert to float");
+  }
+  double limit = s.type == MK_T_F16 ? 65504.0 : 3.4028234663852886e38;
+  if (std::isfinite(d) && std::fabs(d) > limit * (1 + 1e-7))
+    fail(k, s, "got " + std::string(py::str(v)) + ", out of range for " + msl_type_name(s.type));
+  float f = float(d);
+  if (s.type == MK_T_F32) {
+    std::memcpy(dst, &f, 4);
+  } else {
+    uint16_t h = s.type == MK_T_F16 ? float_to_half(f) : float_to_bfloat(f);
+    std::memcpy(dst, &h, 2);
+  }
+}
+
+void put_element(const std::string& k, const ArgSpec& s, py::handle v, void* dst) {
+  switch (s.type) {
+    case MK_T_BOOL:
+      if (!is_bool(v)) fail(k, s, "takes a bool, got " + std::string(py::str(py::type::of(v).attr("__name__"))));
+      *static_cast<unsigned char*>(dst) = PyObject_IsTrue(v.ptr()) ? 1 : 0;
+      return;
+    case MK_T_I8: return put_int<int8_t>(k, s, v, dst);
+    case MK_T_U8: return put_int<uint8_t>(k, s, v, dst);
+    case MK_T_I16: return put_int<int16_t>(k, s, v, dst);
+    case MK_T_U16: return put_int<uint16_t>(k, s, v, dst);
+    case MK_T_I32: return put_int<int32_t>(k, s, v, dst);
+    case MK_T_U32: return put_int<uint32_t>(k, s, v, dst);
+    case MK_T_I64: return put_int<int64_t>(k, s, v, dst);
+    case MK_T_U64: return put_int<uint64_t>(k, s, v, dst);
+    default: return put_float(k, s, v, dst);
+  }
+}
+
+size_t element_bytes(int type) {
+  switch (type) {
+    case MK_T_BOOL: case MK_T_I8: case MK_T_U8: return 1;
+    case MK_T_I16: case MK_T_U16: case MK_T_F16: case MK_T_BF16: return 2;
+    case MK_T_I32: case MK_T_U32: case MK_T_F32: return 4;
+    default: return 8;
+  }
+}
+
+// Raw bytes of a bytes-like / numpy value, if it has exactly `n` bytes.
+bool put_bytes(py::handle v, size_t n, void* dst, size_t* got) {
+  Py_buffer view;
+  if (PyObject_GetBuffer(v.ptr(), &view, PyBUF_C_CONTIGUOUS) != 0) {
+    PyErr_Clear();
+    *got = size_t(-1);
+    return false;
+  }
+  *got = size_t(view.len);
+  bool ok = size_t(view.len) == n;
+  if (ok) std::memcpy(dst, view.buf, n);
+  PyBuffer_Release(&view);
+  return ok;
+}
+
+}  // namespace
+
+std::string describe_param(const ArgSpec& s) {
+  std::string where = s.kind == ArgKind::Threadgroup ? "[[threadgroup(" + std::to_string(s.index) + ")]]"
+                                                      : "[[buffer(" + std::to_string(s.index) + ")]]";
+  return "parameter '" + s.name + "' (" + s.decl + " " + where + ")";
+}
+
+void convert_scalar(const std::string& k, const ArgSpec& s, py::handle v, void* dst) {
+  if (s.type == MK_T_STRUCT) {
+    size_t got;
+    if (py::isinstance<py::array>(v) && !(py::reinterpret_borrow<py::array>(v).flags() & py::array::c_style))
+      fail(k, s, "needs C-contiguous bytes for its struct");
+    if (!put_bytes(v, s.elem_size, dst, &got)) {
+      if (got == size_t(-1))
+        fail(k, s, "is a struct of " + std::to_string(s.elem_size) +
+                       " bytes; pass a numpy.void / structured scalar or bytes of that size");
+      fail(k, s, "is a struct of " + std::to_string(s.elem_size) + " bytes but got " + std::to_string(got) +
+                     " bytes; check the field layout (numpy dtype with align=True matches C)");
+    }
+    return;
+  }
+  if (s.vec_width == 1) {
+    if (py::isinstance<py::array>(v)) {
+      auto a = py::reinterpret_borrow<py::array>(v);
+      if (a.size() != 1) fail(k, s, "takes one value, got an array of " + std::to_string(a.size()));
+      v = a.attr("reshape")(py::int_(-1))[py::int_(0)];
+      return convert_scalar(k, s, v, dst);
+    }
+    return put_element(k, s, v, dst);
+  }
+  // A vector value: a sequence of vec_width numbers.
+  py::sequence seq;
+  if (py::isinstance<py::array>(v)) {
+    seq = py::reinterpret_borrow<py::array>(v).attr("reshape")(py::int_(-1)).attr("tolist")();
+  } else if (PySequence_Check(v.ptr()) && !PyUnicode_Check(v.ptr()) && !PyBytes_Check(v.ptr())) {
+    seq = py::reinterpret_borrow<py::sequence>(v);
+  } else {
+    fail(k, s, "takes " + std::to_string(s.vec_width) + " values (" + msl_type_name(s.type) +
+                   std::to_string(s.vec_width) + "); pass a tuple or numpy array of " + std::to_string(s.vec_width));
+  }
+  if (size_t(py::len(seq)) != size_t(s.vec_width))
+    fail(k, s, "takes " + std::to_string(s.vec_width) + " values, got " + std::to_string(py::len(seq)));
+  std::memset(dst, 0, s.elem_size);
+  size_t eb = element_bytes(s.type);
+  for (int i = 0; i < s.vec_width; ++i) put_element(k, s, seq[i], static_cast<char*>(dst) + i * eb);
+}
+
+}  // namespace mk

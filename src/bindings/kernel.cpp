@@ -1,0 +1,235 @@
+#include "kernel.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "../core/errors.h"
+#include "convert.h"
+
+namespace py = pybind11;
+
+namespace mk {
+namespace {
+
+// numpy dtype for an element type; None where numpy has none (bfloat16 without ml_dtypes).
+py::object dtype_for(int type) {
+  if (type == MK_T_STRUCT) return py::none();
+  if (type == MK_T_BF16) {
+    try {
+      return py::dtype::from_args(py::module_::import("ml_dtypes").attr("bfloat16"));
+    } catch (py::error_already_set&) {
+      return py::none();
+    }
+  }
+  return py::dtype(numpy_type_name(type));
+}
+
+std::vector<int64_t> int_list(const std::string& kernel, const char* what, py::handle v) {
+  std::vector<int64_t> out;
+  auto one = [&](py::handle x) {
+    if (PyBool_Check(x.ptr()) || !PyIndex_Check(x.ptr()))
+      throw DispatchError("kernel '" + kernel + "': " + what + " must be an int or a tuple of up to 3 ints, got " +
+                          std::string(py::str(py::type::of(x).attr("__name__"))));
+    out.push_back(py::reinterpret_steal<py::int_>(PyNumber_Index(x.ptr())).cast<int64_t>());
+  };
+  if (PyTuple_Check(v.ptr()) || PyList_Check(v.ptr())) {
+    for (auto x : py::reinterpret_borrow<py::sequence>(v)) one(x);
+  } else {
+    one(v);
+  }
+  return out;
+}
+
+}  // namespace
+
+PyKernel::PyKernel(std::shared_ptr<KernelImpl> impl) : impl_(std::move(impl)) {
+  const auto& args = impl_->spec().args;
+  std::vector<int> order;
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i].kind == ArgKind::Buffer || args[i].kind == ArgKind::Scalar) order.push_back(int(i));
+    if (args[i].kind == ArgKind::Threadgroup) threadgroup_params_.push_back(int(i));
+  }
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return args[a].index < args[b].index; });
+  for (int p : order) {
+    Slot s{p, dtype_for(args[p].type), 0};
+    if (args[p].kind == ArgKind::Scalar) {
+      scratch_bytes_ = (scratch_bytes_ + 15) / 16 * 16;
+      s.scalar_offset = scratch_bytes_;
+      scratch_bytes_ += std::max<uint64_t>(args[p].elem_size, 16);
+    }
+    slots_.push_back(std::move(s));
+  }
+}
+
+std::string PyKernel::signature() const {
+  std::string out = spec().name + "(";
+  bool first = true;
+  for (const Slot& s : slots_) {
+    const ArgSpec& a = spec().args[s.param];
+    out += (first ? "" : ", ") + a.decl + " [[buffer(" + std::to_string(a.index) + ")]]";
+    first = false;
+  }
+  return out + ")";
+}
+
+void PyKernel::bind_array(const ArgSpec& s, const Slot& slot, py::handle obj, BoundArg& out,
+                          std::vector<Staged>& staged, std::optional<uint64_t>& default_count) {
+  const std::string& kname = spec().name;
+  auto& api = py::detail::npy_api::get();
+  if (!api.PyArray_Check_(obj.ptr()))
+    throw ArgumentError("kernel '" + kname + "': " + describe_param(s) + " takes a numpy array, got " +
+                        std::string(py::str(py::type::of(obj).attr("__name__"))) +
+                        "; pass np.asarray(x, dtype=np." + (s.type == MK_T_STRUCT ? "void" : numpy_type_name(s.type)) +
+                        ") or an array from metalkit.empty/zeros/asarray");
+  auto* a = py::detail::array_proxy(obj.ptr());
+  // Element type: exact match, no silent conversion.
+  bool ok;
+  if (s.type == MK_T_STRUCT) {
+    py::dtype dt = py::reinterpret_borrow<py::dtype>(reinterpret_cast<PyObject*>(a->descr));
+    ok = dt.kind() == 'V' && uint64_t(dt.itemsize()) == s.elem_size;
+  } else if (slot.dtype.is_none()) {
+    throw ArgumentError("kernel '" + kname + "': " + describe_param(s) +
+                        " holds bfloat; pass an array of ml_dtypes.bfloat16 (pip install ml_dtypes)");
+  } else {
+    ok = a->descr == slot.dtype.ptr() || api.PyArray_EquivTypes_(a->descr, slot.dtype.ptr());
+  }
+  if (!ok) {
+    py::object dt = py::reinterpret_borrow<py::object>(a->descr);
+    std::string want = s.type == MK_T_STRUCT
+                           ? "a structured dtype of " + std::to_string(s.elem_size) + " bytes per element"
+                           : std::string(py::str(slot.dtype));
+    throw ArgumentError("kernel '" + kname + "': " + describe_param(s) + " takes elements of dtype " + want +
+                        ", got an array of dtype " + std::string(py::str(dt)) + "; convert it first (e.g. x.astype(np." +
+                        (s.type == MK_T_STRUCT ? std::string("void") : std::string(py::str(slot.dtype))) +
+                        ")), metalkit never converts silently");
+  }
+  const bool writable_array = (a->flags & py::detail::npy_api::NPY_ARRAY_WRITEABLE_) != 0;
+  if (s.writable && !writable_array)
+    throw ArgumentError("kernel '" + kname + "': " + describe_param(s) +
+                        " is written by the kernel but the array is read-only; pass a writable array (e.g. x.copy())");
+  py::array arr = py::reinterpret_borrow<py::array>(obj);
+  const uint64_t nbytes = uint64_t(arr.nbytes());
+  const bool contiguous = (a->flags & py::detail::npy_api::NPY_ARRAY_C_CONTIGUOUS_) != 0;
+  const bool aligned = (reinterpret_cast<uintptr_t>(a->data) % s.elem_align) == 0;
+  if (contiguous && aligned) {
+    out.data = a->data;
+  } else {
+    // Staged: an aligned contiguous copy, copied back only if the kernel may write it.
+    static py::object stage = py::module_::import("metalkit._staging").attr("stage");
+    py::object copy = stage(arr);  // page-aligned, so any element alignment holds
+    out.data = py::detail::array_proxy(copy.ptr())->data;
+    staged.push_back({py::reinterpret_borrow<py::object>(obj), copy, s.writable});
+  }
+  out.nbytes = nbytes;
+  if (!default_count && s.writable) default_count = nbytes / s.elem_size;
+}
+
+py::object PyKernel::call(py::args args, py::kwargs kwargs) {
+  const KernelSpec& sp = spec();
+  std::optional<Dims3> grid, tg;
+  py::handle tgmem;
+  for (auto item : kwargs) {
+    std::string key = py::str(item.first);
+    if (key == "grid") {
+      if (!item.second.is_none()) grid = make_dims(sp.name, "grid", int_list(sp.name, "grid", item.second), true);
+    } else if (key == "threadgroup") {
+      if (!item.second.is_none())
+        tg = make_dims(sp.name, "threadgroup", int_list(sp.name, "threadgroup", item.second), false);
+    } else if (key == "threadgroup_memory") {
+      tgmem = item.second;
+    } else {
+      throw ArgumentError("kernel '" + sp.name + "' got an unexpected keyword argument '" + key +
+                          "'; it accepts grid=, threadgroup= and threadgroup_memory=");
+    }
+  }
+  if (args.size() != slots_.size())
+    throw ArgumentError("kernel '" + sp.name + "' takes " + std::to_string(slots_.size()) + " argument" +
+                        (slots_.size() == 1 ? "" : "s") + " but " + std::to_string(args.size()) +
+                        (args.size() == 1 ? " was" : " were") + " given: " + signature());
+
+  Launch launch;
+  launch.args.resize(sp.args.size());
+  alignas(64) unsigned char local[1024];
+  std::vector<unsigned char> heap;
+  unsigned char* scratch = local;
+  if (scratch_bytes_ > sizeof(local)) {
+    heap.resize(scratch_bytes_ + 64);
+    scratch = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(heap.data()) + 63) & ~uintptr_t(63));
+  }
+  std::vector<Staged> staged;
+  std::optional<uint64_t> default_count, first_count;
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    const Slot& slot = slots_[i];
+    const ArgSpec& s = sp.args[slot.param];
+    BoundArg& b = launch.args[slot.param];
+    if (s.kind == ArgKind::Scalar) {
+      void* dst = scratch + slot.scalar_offset;
+      convert_scalar(sp.name, s, args[i], dst);
+      b.data = dst;
+      b.nbytes = s.elem_size;
+    } else {
+      bind_array(s, slot, args[i], b, staged, default_count);
+      if (!first_count) first_count = b.nbytes / s.elem_size;
+    }
+  }
+  if (!default_count) default_count = first_count;
+
+  // Threadgroup memory: every [[threadgroup(i)]] parameter needs a size.
+  uint64_t tg_total = 0;
+  py::dict sizes;
+  if (tgmem && !tgmem.is_none()) {
+    if (!PyDict_Check(tgmem.ptr()))
+      throw ArgumentError("kernel '" + sp.name + "': threadgroup_memory must be a dict {index: nbytes}");
+    sizes = py::reinterpret_borrow<py::dict>(tgmem);
+  }
+  for (int p : threadgroup_params_) {
+    const ArgSpec& s = sp.args[p];
+    py::int_ key(s.index);
+    if (!sizes.contains(key))
+      throw DispatchError("kernel '" + sp.name + "': " + describe_param(s) +
+                          " needs a size; pass threadgroup_memory={" + std::to_string(s.index) + ": nbytes}");
+    int64_t n = py::cast<int64_t>(sizes[key]);
+    if (n < 0) throw DispatchError("kernel '" + sp.name + "': threadgroup_memory sizes must be >= 0");
+    launch.args[p].tg_offset = uint32_t(tg_total);
+    launch.args[p].nbytes = size_t(n);
+    tg_total += (uint64_t(n) + 15) / 16 * 16;  // Metal rounds each length up to 16 bytes
+  }
+  for (auto item : sizes) {
+    int64_t idx = py::cast<int64_t>(item.first);
+    bool known = std::any_of(threadgroup_params_.begin(), threadgroup_params_.end(),
+                             [&](int p) { return sp.args[p].index == idx; });
+    if (!known)
+      throw DispatchError("kernel '" + sp.name + "' has no [[threadgroup(" + std::to_string(idx) +
+                          ")]] parameter; remove it from threadgroup_memory");
+  }
+  if (tg_total > kMaxThreadgroupMemory)
+    throw DispatchError("kernel '" + sp.name + "': threadgroup memory of " + std::to_string(tg_total) +
+                        " bytes exceeds the 32768 bytes Metal allows per threadgroup; use smaller tiles");
+  launch.tg_bytes = tg_total;
+  launch.geometry = plan_geometry(sp.name, grid, tg, default_count, sp.max_threads);
+
+  if (!launch.geometry.empty()) {
+    py::gil_scoped_release nogil;
+    impl_->dispatch(launch);
+  }
+  if (!staged.empty()) {
+    static py::object copyto = py::module_::import("numpy").attr("copyto");
+    for (auto& st : staged)
+      if (st.copy_back) copyto(st.original, st.staged);
+  }
+  return py::none();
+}
+
+py::list PyKernel::arg_specs() const {
+  static py::object make = py::module_::import("metalkit._argspec").attr("ArgSpec");
+  py::list out;
+  for (const ArgSpec& a : spec().args) {
+    const char* kinds[] = {"buffer", "scalar", "threadgroup", "builtin"};
+    py::object dt = a.kind == ArgKind::Builtin ? py::none() : dtype_for(a.type);
+    out.append(make(a.name, a.index, kinds[int(a.kind)], dt, msl_type_name(a.type), a.vec_width, a.writable,
+                    a.builtin, a.elem_size, a.decl));
+  }
+  return out;
+}
+
+}  // namespace mk

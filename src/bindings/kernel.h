@@ -1,0 +1,42 @@
+// A kernel as Python sees it: the argument plan made once, the call path.
+#pragma once
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+
+#include <memory>
+#include <vector>
+
+#include "../core/backend.h"
+
+namespace mk {
+
+class PyKernel {
+ public:
+  explicit PyKernel(std::shared_ptr<KernelImpl> impl);  // impl keeps its module alive
+  pybind11::object call(pybind11::args args, pybind11::kwargs kwargs);
+  const KernelSpec& spec() const { return impl_->spec(); }
+  double last_time() const { return impl_->last_time(); }
+  pybind11::list arg_specs() const;
+  std::string signature() const;
+
+ private:
+  // One positional argument of the Python call.
+  struct Slot {
+    int param;                 // position in the kernel's parameter list
+    pybind11::object dtype;    // expected numpy dtype of array elements (None: struct or unavailable)
+    uint64_t scalar_offset;    // where a scalar's bytes go in the call's scratch
+  };
+  struct Staged {
+    pybind11::object original, staged;
+    bool copy_back;
+  };
+  void bind_array(const ArgSpec& s, const Slot& slot, pybind11::handle obj, BoundArg& out,
+                  std::vector<Staged>& staged, std::optional<uint64_t>& default_count);
+
+  std::shared_ptr<KernelImpl> impl_;
+  std::vector<Slot> slots_;    // ordered by buffer index
+  std::vector<int> threadgroup_params_;
+  uint64_t scratch_bytes_ = 0;
+};
+
+}  // namespace mk

@@ -1,0 +1,87 @@
+// metalkit._core: buffers, libraries and kernels for Python.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include "../core/errors.h"
+#include "../cpu/cpu_backend.h"
+#include "kernel.h"
+
+namespace py = pybind11;
+using namespace mk;
+
+namespace {
+
+// Device memory exposed through the buffer protocol, so numpy views it in place.
+struct PyBuffer {
+  std::shared_ptr<Allocation> alloc;
+};
+
+// A loaded library; kernels are created once per name and shared.
+struct PyLibrary {
+  std::shared_ptr<LibraryImpl> impl;
+  std::map<std::string, std::shared_ptr<PyKernel>> kernels;
+};
+
+void raise_as(const char* cls, const std::exception& e) {
+  static py::object errors = py::module_::import("metalkit.errors");
+  PyErr_SetString(errors.attr(cls).ptr(), e.what());
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_core, m) {
+  m.doc() = "metalkit's compiled core (use the metalkit package, not this module).";
+
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const ArgumentError& e) {
+      raise_as("ArgumentError", e);
+    } catch (const DispatchError& e) {
+      raise_as("DispatchError", e);
+    } catch (const KernelFault& e) {
+      raise_as("KernelFault", e);
+    } catch (const CompileFailure& e) {
+      raise_as("CompileError", e);
+    }
+  });
+
+  py::class_<PyBuffer>(m, "Buffer", py::buffer_protocol(), "Device memory (shared with the host).")
+      .def_property_readonly("nbytes", [](const PyBuffer& b) { return b.alloc->size(); })
+      .def_buffer([](PyBuffer& b) {
+        return py::buffer_info(b.alloc->data(), 1, py::format_descriptor<uint8_t>::format(), 1,
+                               {py::ssize_t(b.alloc->size())}, {py::ssize_t(1)});
+      });
+
+  m.def("allocate", [](size_t nbytes) { return PyBuffer{cpu_allocate(nbytes)}; }, py::arg("nbytes"),
+        "Page-aligned device memory of nbytes bytes.");
+
+  py::class_<PyKernel, std::shared_ptr<PyKernel>>(m, "Kernel", "A compute kernel; call it to run it and wait.")
+      .def("__call__", &PyKernel::call)
+      .def_property_readonly("name", [](const PyKernel& k) { return k.spec().name; })
+      .def_property_readonly("args", &PyKernel::arg_specs)
+      .def_property_readonly("max_threads_per_threadgroup", [](const PyKernel& k) { return k.spec().max_threads; })
+      .def_property_readonly("simd_width", [](const PyKernel&) { return kSimdWidth; })
+      .def_property_readonly("uses_barriers", [](const PyKernel& k) { return k.spec().needs_fibers; })
+      .def_property_readonly("last_time", &PyKernel::last_time)
+      .def_property_readonly("signature", &PyKernel::signature)
+      .def_property_readonly("location", [](const PyKernel& k) { return py::make_tuple(k.spec().file, k.spec().line); })
+      .def("__repr__", [](const PyKernel& k) { return "<metalkit.Kernel " + k.signature() + ">"; });
+
+  py::class_<PyLibrary, std::shared_ptr<PyLibrary>>(m, "Library")
+      .def_property_readonly("kernel_names", [](const PyLibrary& l) { return l.impl->kernel_names(); })
+      .def("kernel", [](py::object self, const std::string& name) -> py::object {
+        auto& lib = self.cast<PyLibrary&>();
+        auto it = lib.kernels.find(name);
+        if (it != lib.kernels.end()) return py::cast(it->second);
+        auto impl = lib.impl->kernel(name);
+        if (!impl) return py::none();
+        auto k = std::make_shared<PyKernel>(impl);
+        lib.kernels[name] = k;
+        return py::cast(k);
+      });
+
+  m.def("load_cpu_library", [](const std::string& path) { return std::make_shared<PyLibrary>(PyLibrary{load_cpu_library(path), {}}); },
+        py::arg("path"), "Loads a module compiled by metalkit.msl.");
+}

@@ -1,0 +1,17 @@
+#include "arg_spec.h"
+
+namespace mk {
+
+const char* msl_type_name(int type) {
+  static const char* names[MK_T_COUNT] = {"bool", "char", "uchar", "short", "ushort", "int", "uint",
+                                          "long", "ulong", "half", "bfloat", "float", "struct"};
+  return type >= 0 && type < MK_T_COUNT ? names[type] : "?";
+}
+
+const char* numpy_type_name(int type) {
+  static const char* names[MK_T_COUNT] = {"bool", "int8", "uint8", "int16", "uint16", "int32", "uint32",
+                                          "int64", "uint64", "float16", "bfloat16", "float32", ""};
+  return type >= 0 && type < MK_T_COUNT ? names[type] : "";
+}
+
+}  // namespace mk

@@ -1,0 +1,45 @@
+// The one description of a kernel parameter that every layer above the
+// backends uses. Filled from a CPU module's own table or from Metal reflection.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "metalkit/abi.h"
+
+namespace mk {
+
+enum class ArgKind { Buffer = MK_ARG_BUFFER, Scalar = MK_ARG_SCALAR, Threadgroup = MK_ARG_THREADGROUP, Builtin = MK_ARG_BUILTIN };
+enum class Space { None = MK_SPACE_NONE, Device = MK_SPACE_DEVICE, Constant = MK_SPACE_CONSTANT,
+                   Threadgroup = MK_SPACE_THREADGROUP, Thread = MK_SPACE_THREAD };
+
+struct ArgSpec {
+  int position = 0;         // parameter position in the signature
+  int index = -1;           // [[buffer(n)]] or [[threadgroup(n)]]; -1 for builtins
+  std::string name;
+  std::string decl;         // as written, for messages
+  std::string builtin;      // builtin attribute name, empty otherwise
+  ArgKind kind = ArgKind::Buffer;
+  int type = MK_T_F32;      // mk_type of the element
+  int vec_width = 1;
+  Space space = Space::None;
+  bool writable = false;
+  uint64_t elem_size = 0;
+  uint64_t elem_align = 1;
+};
+
+// Name of an mk_type as MSL spells it ("float", "uchar", ...).
+const char* msl_type_name(int type);
+// numpy dtype name of an mk_type ("float32", ...); "" for structs.
+const char* numpy_type_name(int type);
+
+struct KernelSpec {
+  std::string name;
+  std::vector<ArgSpec> args;
+  uint32_t max_threads = 1024;
+  bool needs_fibers = false;
+  std::string file;
+  int line = 0;
+};
+
+}  // namespace mk

@@ -1,0 +1,147 @@
+#include "cpu_backend.h"
+
+#include <dlfcn.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <stdexcept>
+
+#include "thread_pool.h"
+
+namespace mk {
+namespace {
+
+constexpr size_t kPage = 16384;  // Apple silicon's page size; also fine for x86
+
+class HostAllocation : public Allocation {
+ public:
+  explicit HostAllocation(size_t nbytes) {
+    size_t rounded = (std::max<size_t>(nbytes, 1) + kPage - 1) / kPage * kPage;
+    if (posix_memalign(&data_, kPage, rounded) != 0) throw std::bad_alloc();
+    size_ = nbytes;
+  }
+  ~HostAllocation() override { std::free(data_); }
+};
+
+// The module stays loaded while any library or kernel from it is alive.
+struct Module {
+  void* handle = nullptr;
+  const mk_module_info* info = nullptr;
+  ~Module() {
+    if (handle) dlclose(handle);
+  }
+};
+
+// Per worker thread: the threadgroup memory of the group it is running.
+char* tg_arena() {
+  alignas(64) static thread_local char arena[kMaxThreadgroupMemory];
+  return arena;
+}
+
+class CpuKernel : public KernelImpl {
+ public:
+  CpuKernel(std::shared_ptr<Module> mod, const mk_kernel_info& k) : mod_(std::move(mod)), info_(k) {
+    spec_.name = k.name;
+    spec_.max_threads = uint32_t(k.max_threads);
+    spec_.needs_fibers = (k.flags & MK_KERNEL_NEEDS_FIBERS) != 0;
+    spec_.file = k.file;
+    spec_.line = k.line;
+    for (int i = 0; i < k.nargs; ++i) {
+      const mk_arg_info& a = k.args[i];
+      ArgSpec s;
+      s.position = i;
+      s.index = a.index;
+      s.name = a.name;
+      s.decl = a.decl;
+      s.builtin = a.builtin;
+      s.kind = ArgKind(a.kind);
+      s.type = a.type;
+      s.vec_width = a.vec_width;
+      s.space = Space(a.space);
+      s.writable = a.writable != 0;
+      s.elem_size = a.elem_size;
+      s.elem_align = a.elem_align;
+      spec_.args.push_back(std::move(s));
+    }
+  }
+
+  void dispatch(const Launch& l) override {
+    auto t0 = std::chrono::steady_clock::now();
+    const Geometry& g = l.geometry;
+    void* slots[64];
+    std::vector<void*> many;
+    void** args = slots;
+    if (l.args.size() > 64) {
+      many.resize(l.args.size());
+      args = many.data();
+    }
+    for (size_t i = 0; i < l.args.size(); ++i)
+      args[i] = spec_.args[i].kind == ArgKind::Threadgroup ? reinterpret_cast<void*>(uintptr_t(l.args[i].tg_offset))
+                                                            : l.args[i].data;
+    mk_dispatch d;
+    for (int i = 0; i < 3; ++i) {
+      d.grid[i] = g.grid.v[i];
+      d.tg[i] = g.tg.v[i];
+      d.ngroups[i] = g.ngroups.v[i];
+    }
+    d.args = args;
+    const uint64_t groups = g.ngroups.product();
+    // Enough groups per chunk that a chunk is worth a hand-off (~16k threads).
+    const uint64_t per_group = std::max<uint64_t>(1, g.tg.product());
+    const uint64_t chunk = std::max<uint64_t>(1, 16384 / per_group);
+    mk_launch_fn launch = info_.launch;
+    ThreadPool::instance().run(groups, chunk, [&](uint64_t first, uint64_t last) {
+      launch(&d, first, last, tg_arena());
+    });
+    last_time_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+
+ private:
+  std::shared_ptr<Module> mod_;
+  mk_kernel_info info_;
+};
+
+class CpuLibrary : public LibraryImpl {
+ public:
+  explicit CpuLibrary(std::shared_ptr<Module> mod) : mod_(std::move(mod)) {
+    for (int i = 0; i < mod_->info->nkernels; ++i) kernels_[mod_->info->kernels[i].name] = nullptr;
+  }
+  std::vector<std::string> kernel_names() const override {
+    std::vector<std::string> names;
+    for (int i = 0; i < mod_->info->nkernels; ++i) names.push_back(mod_->info->kernels[i].name);
+    return names;
+  }
+  std::shared_ptr<KernelImpl> kernel(const std::string& name) override {
+    for (int i = 0; i < mod_->info->nkernels; ++i)
+      if (name == mod_->info->kernels[i].name) {
+        auto& slot = kernels_[name];
+        if (!slot) slot = std::make_shared<CpuKernel>(mod_, mod_->info->kernels[i]);
+        return slot;
+      }
+    return nullptr;
+  }
+
+ private:
+  std::shared_ptr<Module> mod_;
+  std::map<std::string, std::shared_ptr<KernelImpl>> kernels_;
+};
+
+}  // namespace
+
+std::shared_ptr<LibraryImpl> load_cpu_library(const std::string& path) {
+  auto mod = std::make_shared<Module>();
+  mod->handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!mod->handle) throw std::runtime_error(std::string("cannot load compiled module: ") + dlerror());
+  auto fn = reinterpret_cast<mk_module_fn>(dlsym(mod->handle, MK_MODULE_SYMBOL));
+  if (!fn) throw std::runtime_error("compiled module " + path + " has no " MK_MODULE_SYMBOL);
+  mod->info = fn();
+  if (mod->info->abi_version != MK_ABI_VERSION)
+    throw std::runtime_error("compiled module " + path + " was built for another metalkit version");
+  return std::make_shared<CpuLibrary>(std::move(mod));
+}
+
+std::shared_ptr<Allocation> cpu_allocate(size_t nbytes) { return std::make_shared<HostAllocation>(nbytes); }
+
+}  // namespace mk
