@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "../core/errors.h"
+#include "buffer.h"
 #include "convert.h"
 
 namespace py = pybind11;
@@ -113,11 +114,14 @@ void PyKernel::bind_array(const ArgSpec& s, const Slot& slot, py::handle obj, Bo
   const bool aligned = (reinterpret_cast<uintptr_t>(a->data) % s.elem_align) == 0;
   if (contiguous && aligned) {
     out.data = a->data;
+    if (impl_->wants_allocations() && (out.alloc = find_allocation(obj)))
+      out.offset = size_t(static_cast<char*>(out.data) - static_cast<char*>(out.alloc->data()));
   } else {
     // Staged: an aligned contiguous copy, copied back only if the kernel may write it.
     static py::object stage = py::module_::import("metalkit._staging").attr("stage");
     py::object copy = stage(arr);  // page-aligned, so any element alignment holds
     out.data = py::detail::array_proxy(copy.ptr())->data;
+    if (impl_->wants_allocations()) out.alloc = find_allocation(copy);
     staged.push_back({py::reinterpret_borrow<py::object>(obj), copy, s.writable});
   }
   out.nbytes = nbytes;

@@ -5,17 +5,13 @@
 
 #include "../core/errors.h"
 #include "../cpu/cpu_backend.h"
+#include "buffer.h"
 #include "kernel.h"
 
 namespace py = pybind11;
 using namespace mk;
 
 namespace {
-
-// Device memory exposed through the buffer protocol, so numpy views it in place.
-struct PyBuffer {
-  std::shared_ptr<Allocation> alloc;
-};
 
 // A loaded library; kernels are created once per name and shared.
 struct PyLibrary {
@@ -29,6 +25,24 @@ void raise_as(const char* cls, const std::exception& e) {
 }
 
 }  // namespace
+
+const Allocation* mk::find_allocation(py::handle array) {
+  // numpy views chain through .base to the exporting object; ours is a PyBuffer.
+  py::handle base = array;
+  for (int depth = 0; depth < 64 && base && !base.is_none(); ++depth) {
+    if (py::isinstance<PyBuffer>(base)) return base.cast<PyBuffer&>().alloc.get();
+    if (!py::detail::npy_api::get().PyArray_Check_(base.ptr())) {
+      // A memoryview over our buffer (np.frombuffer) holds it as .obj.
+      if (PyMemoryView_Check(base.ptr())) {
+        base = PyMemoryView_GET_BUFFER(base.ptr())->obj;
+        continue;
+      }
+      return nullptr;
+    }
+    base = py::detail::array_proxy(base.ptr())->base;
+  }
+  return nullptr;
+}
 
 PYBIND11_MODULE(_core, m) {
   m.doc() = "metalkit's compiled core (use the metalkit package, not this module).";

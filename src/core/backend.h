@@ -44,6 +44,8 @@ class KernelImpl {
   const KernelSpec& spec() const { return spec_; }
   // Runs and waits. Called without the GIL; must not touch Python objects.
   virtual void dispatch(const Launch& launch) = 0;
+  // Whether dispatch() uses BoundArg::alloc (the bindings then look it up).
+  virtual bool wants_allocations() const { return false; }
   // Wall or GPU time of the last dispatch in seconds.
   double last_time() const { return last_time_; }
 

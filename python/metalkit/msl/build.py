@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import tempfile
 import threading
@@ -17,6 +16,7 @@ from pathlib import Path
 
 from ..errors import CompileError
 from . import cache, codegen, toolchain
+from .diagnostics import compile_error, source_line
 from .prepass import MslError, prepass
 
 _lock = threading.Lock()
@@ -24,7 +24,6 @@ _key_locks: dict[str, threading.Lock] = {}
 _memory: dict[str, tuple[str, dict[str, tuple[int, int]]]] = {}
 
 _NOT_USER = ("<built-in>", "<command line>", "<scratch space>")
-_DIAG = re.compile(r"^(?P<file>.+?):(?P<line>\d+):(?P<col>\d+): (?:fatal )?error: (?P<msg>.*)$", re.M)
 
 
 def _stat(path: str) -> tuple[int, int] | None:
@@ -78,7 +77,12 @@ def _compile(tc, source, filename, include_dirs, constants, fast_math, so: Path,
             result = prepass(pp, user, constants)
         except MslError as e:
             raise CompileError(e.msg, filename=e.file, lineno=e.line or None, offset=e.col or None,
-                               text=_source_line(e.file, e.line, source, filename), log=str(e)) from None
+                               text=source_line(e.file, e.line, source, filename), log=str(e)) from None
+        for k in result.kernels:
+            if k.needs_sync:
+                raise CompileError(f"kernel '{k.host_name}' uses {k.needs_sync}; the CPU backend does not yet run "
+                                   "kernels with barriers or SIMD-group functions", filename=k.file, lineno=k.line,
+                                   offset=1, text=source_line(k.file, k.line, source, filename))
         module = Path(tmp) / "module.cpp"
         module.write_text(result.text + "\n" + codegen.launchers(result.kernels))
         out = Path(tmp) / "module.so"
@@ -97,22 +101,6 @@ def _escape(s: str) -> str:
 
 def _run(cmd: list[str], source: str, filename: str) -> str:
     proc = subprocess.run(cmd, capture_output=True, text=True)
-    if proc.returncode == 0:
-        return proc.stdout
-    log = proc.stderr.strip()
-    m = _DIAG.search(log)
-    if not m:
-        raise CompileError(f"the compiler failed: {log or proc.returncode}", filename=filename, log=log)
-    f, line, col, msg = m["file"], int(m["line"]), int(m["col"]), m["msg"]
-    if f == "<metalkit launchers>":
-        msg = f"a kernel signature the CPU backend cannot launch: {msg}"
-    raise CompileError(msg, filename=f, lineno=line, offset=col,
-                       text=_source_line(f, line, source, filename), log=log)
-
-
-def _source_line(f: str, line: int, source: str, filename: str) -> str | None:
-    try:
-        text = source if f == filename else Path(f).read_text()
-        return text.splitlines()[line - 1]
-    except (OSError, IndexError, ValueError):
-        return None
+    if proc.returncode != 0:
+        raise compile_error(proc.stderr or str(proc.returncode), source, filename)
+    return proc.stdout

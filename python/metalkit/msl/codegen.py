@@ -7,6 +7,7 @@ threadgroups. The module exports ``metalkit_module()`` returning the table.
 """
 from __future__ import annotations
 
+from .diagnostics import LAUNCHERS
 from .prepass import Kernel
 
 _KIND = {"buffer": "MK_ARG_BUFFER", "scalar": "MK_ARG_SCALAR",
@@ -42,7 +43,7 @@ def _c_string(s: str) -> str:
 
 
 def launchers(kernels: list[Kernel]) -> str:
-    out = ['# 1 "<metalkit launchers>"', "#include <metalkit/launch.h>", "namespace {"]
+    out = [f'# 1 "{LAUNCHERS}"', "#include <metalkit/launch.h>", "namespace {"]
     for n, k in enumerate(kernels):
         fp = f"__mk_k{n}"
         out.append(f"constexpr auto {fp} = {k.pointer};")

@@ -77,7 +77,7 @@ class Kernel:
     file: str
     line: int
     max_threads: int = 1024
-    needs_sync: bool = False
+    needs_sync: str = ""       # first barrier/SIMD-group function it reaches, if any
     function: str = ""           # the C++ function (template) name
 
 
@@ -512,6 +512,9 @@ def _instantiation(src: _Source, a: int, b: int, attr_at, kernel_marks, by_name,
             k = attr_at[k][0] + 1
             continue
         t = toks[k]
+        if t.text in ("decltype", "sizeof", "alignof", "noexcept") and k + 1 < b and toks[k + 1].text == "(":
+            k = _match(toks, k + 1, "(", ")") + 1
+            continue
         if t.text == "(":
             if depth == 0 and name_i is not None and targs_end == k - 1:
                 break
@@ -568,25 +571,25 @@ def _instantiation(src: _Source, a: int, b: int, attr_at, kernel_marks, by_name,
 
 
 def _mark_sync(kernels: list[Kernel], fndefs: list[_FnDef], by_name, toks: list[Token]) -> None:
-    """A kernel needs fibers if it or anything it calls uses a barrier or SIMD-group function."""
-    direct: dict[str, bool] = {}
+    """Which barrier or SIMD-group function each kernel reaches, through the functions it calls."""
+    direct: dict[str, str] = {}
     calls: dict[str, set[str]] = {}
     for f in fndefs:
         a, b = f.body
-        ids = {t.text for t in toks[a:b] if t.kind == "id"}
-        direct[f.name] = direct.get(f.name, False) or any(x.startswith(SYNC_FUNCTIONS) for x in ids)
+        ids = [t.text for t in toks[a:b] if t.kind == "id"]
+        direct[f.name] = direct.get(f.name) or next((x for x in ids if x.startswith(SYNC_FUNCTIONS)), "")
         calls.setdefault(f.name, set()).update(x for x in ids if x in by_name and x != f.name)
 
-    memo: dict[str, bool] = {}
+    memo: dict[str, str] = {}
 
-    def needs(name: str, stack=()) -> bool:
+    def reaches(name: str, stack: tuple = ()) -> str:
         if name in memo:
             return memo[name]
         if name in stack:
-            return False
-        r = direct.get(name, False) or any(needs(c, stack + (name,)) for c in calls.get(name, ()))
+            return ""
+        r = direct.get(name, "") or next((x for c in sorted(calls.get(name, ())) if (x := reaches(c, stack + (name,)))), "")
         memo[name] = r
         return r
 
     for k in kernels:
-        k.needs_sync = needs(k.function)
+        k.needs_sync = reaches(k.function)

@@ -25,7 +25,7 @@ _TOKEN = re.compile(
 )
 
 
-@dataclass(slots=True)
+@dataclass
 class Token:
     text: str
     kind: str   # "id", "num", "str", "punct", "other"

@@ -1,0 +1,81 @@
+"""add_arrays against numpy (and PyOpenCL on a CPU OpenCL runtime, where one is
+installed), plus the per-call cost of a 1-thread kernel and of metalkit.run.
+
+    python bench/bench_add.py            # 2^24 float32
+"""
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+
+import metalkit as mk
+from metalkit._bench import measure, per_call
+
+OPENCL_SRC = """
+__kernel void add_arrays(__global const float* a, __global const float* b, __global float* out) {
+    size_t i = get_global_id(0); out[i] = a[i] + b[i];
+}
+__kernel void touch(__global float* x) { x[get_global_id(0)] += 1.0f; }
+"""
+
+
+def opencl(n: int) -> dict[str, float] | None:
+    """The same work through PyOpenCL, if a CPU OpenCL platform is available."""
+    try:
+        import pyopencl as cl
+    except ImportError:
+        return None
+    try:
+        ctx = cl.Context(dev_type=cl.device_type.CPU)
+    except cl.Error:
+        return None
+    q = cl.CommandQueue(ctx)
+    prg = cl.Program(ctx, OPENCL_SRC).build()
+    rng = np.random.default_rng(0)
+    a, b = rng.random(n, dtype=np.float32), rng.random(n, dtype=np.float32)
+    out = np.empty_like(a)
+    mf = cl.mem_flags
+    da = cl.Buffer(ctx, mf.READ_ONLY | mf.USE_HOST_PTR, hostbuf=a)
+    db = cl.Buffer(ctx, mf.READ_ONLY | mf.USE_HOST_PTR, hostbuf=b)
+    do = cl.Buffer(ctx, mf.WRITE_ONLY | mf.USE_HOST_PTR, hostbuf=out)
+    add = prg.add_arrays
+    touch = prg.touch
+    x = np.zeros(1, np.float32)
+    dx = cl.Buffer(ctx, mf.READ_WRITE | mf.USE_HOST_PTR, hostbuf=x)
+
+    def run_add():
+        add(q, (n,), None, da, db, do)
+        cl.enqueue_copy(q, out, do)  # results visible to the host, as metalkit's are
+
+    def run_touch():
+        touch(q, (1,), None, dx).wait()
+
+    res = {"add_arrays": per_call(run_add), "one_thread_call": per_call(run_touch),
+           "device": ctx.devices[0].name.strip()}
+    assert np.allclose(out, a + b)
+    return res
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--n", type=int, default=1 << 24)
+    args = p.parse_args()
+    r = measure(args.n)
+    ocl = opencl(args.n)
+    print(f"device: {mk.device().name} [{mk.device().backend}]")
+    print(f"{'':34}{'metalkit':>12}{'numpy':>12}{'OpenCL':>12}")
+    print(f"{'add_arrays 2^%d float32 (ms)' % (args.n.bit_length() - 1):34}{r['add_arrays'] * 1e3:12.3f}"
+          f"{r['numpy_add'] * 1e3:12.3f}{(ocl['add_arrays'] * 1e3 if ocl else float('nan')):12.3f}")
+    print(f"{'1-thread kernel call (us)':34}{r['one_thread_call'] * 1e6:12.2f}{'':>12}"
+          f"{(ocl['one_thread_call'] * 1e6 if ocl else float('nan')):12.2f}")
+    print(f"{'metalkit.run by name (us)':34}{r['run_by_name'] * 1e6:12.2f}")
+    print(f"numpy time / metalkit time for add_arrays: {r['numpy_add'] / r['add_arrays']:.2f}")
+    if ocl:
+        print(f"OpenCL device: {ocl['device']}")
+    else:
+        print("OpenCL: not available (pip install pyopencl pocl-binary-distribution to compare)")
+
+
+if __name__ == "__main__":
+    main()

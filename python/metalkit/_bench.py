@@ -1,0 +1,62 @@
+"""Measurements shared by ``python -m metalkit bench`` and ``bench/``."""
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+import numpy as np
+
+ONE_THREAD_SRC = """
+#include <metal_stdlib>
+using namespace metal;
+kernel void touch(device float* x [[buffer(0)]], uint i [[thread_position_in_grid]]) { x[i] += 1.0f; }
+"""
+
+
+def per_call(fn: Callable[[], object], seconds: float = 0.5) -> float:
+    """Best-of-5 mean seconds per call of fn."""
+    fn()
+    n, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds / 10:
+        fn()
+        n += 1
+    best = float("inf")
+    for _ in range(5):
+        t = time.perf_counter()
+        for _ in range(n):
+            fn()
+        best = min(best, (time.perf_counter() - t) / n)
+    return best
+
+
+def measure(n: int = 1 << 24) -> dict[str, float]:
+    """Seconds per call: add_arrays on n float32 (metalkit and numpy), a 1-thread kernel, run by name."""
+    import metalkit as mk
+    rng = np.random.default_rng(0)
+    a = rng.random(n, dtype=np.float32)
+    b = rng.random(n, dtype=np.float32)
+    out = np.empty_like(a)
+    res = {
+        "add_arrays": per_call(lambda: mk.run("add_arrays", a, b, out)),
+        "numpy_add": per_call(lambda: np.add(a, b, out=out)),
+    }
+    if not np.array_equal(out, a + b):
+        raise AssertionError("add_arrays gave a wrong result")
+    touch = mk.compile(ONE_THREAD_SRC).touch
+    x = np.zeros(1, np.float32)
+    res["one_thread_call"] = per_call(lambda: touch(x))
+    one = np.ones(1, np.float32)
+    res["run_by_name"] = per_call(lambda: mk.run("add_arrays", one, one, x))
+    res["bytes"] = 3 * a.nbytes
+    return res
+
+
+def report(n: int = 1 << 24) -> None:
+    import metalkit as mk
+    r = measure(n)
+    print(f"device: {mk.device().name} [{mk.device().backend}]")
+    print(f"add_arrays, {n} float32: metalkit {r['add_arrays'] * 1e3:8.3f} ms "
+          f"({r['bytes'] / r['add_arrays'] / 1e9:6.1f} GB/s)   numpy {r['numpy_add'] * 1e3:8.3f} ms "
+          f"({r['bytes'] / r['numpy_add'] / 1e9:6.1f} GB/s)   ratio numpy/metalkit {r['numpy_add'] / r['add_arrays']:.2f}")
+    print(f"1-thread kernel call: {r['one_thread_call'] * 1e6:6.2f} us")
+    print(f"metalkit.run by name: {r['run_by_name'] * 1e6:6.2f} us")

@@ -1,0 +1,94 @@
+"""The package as a library for other tools: quiet import, CLI, threads."""
+import os
+import subprocess
+import sys
+import threading
+
+import numpy as np
+
+import metalkit as mk
+from conftest import HEADER, build
+
+
+def test_import_is_quick_and_silent():
+    code = ("import sys, time; t = time.perf_counter(); import metalkit; dt = time.perf_counter() - t; "
+            "assert 'metalkit._core' not in sys.modules, 'core loaded at import'; "
+            "assert dt < 1.0, dt")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout == "" and p.stderr == ""
+
+
+def test_device_info():
+    d = mk.device()
+    assert d.backend in ("cpu", "metal") and d.simd_width == 32 and d.max_threadgroup_memory == 32768
+    assert d.name
+
+
+def test_use_rejects_unknown_devices():
+    import pytest
+    with pytest.raises(ValueError, match="unknown device 'gpu'"):
+        mk.use("gpu")
+
+
+def test_cli_info_and_check(tmp_path):
+    p = subprocess.run([sys.executable, "-m", "metalkit", "info"], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    assert "backend:" in p.stdout and "device:" in p.stdout
+    good = tmp_path / "good.metal"
+    good.write_text(HEADER + "kernel void k(device float* x [[buffer(0)]], constant int& n [[buffer(1)]], "
+                             "uint i [[thread_position_in_grid]]) { x[i] = n; }\n")
+    p = subprocess.run([sys.executable, "-m", "metalkit", "check", str(good)], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == "k(device float* x [[buffer(0)]], constant int& n [[buffer(1)]])"
+    bad = tmp_path / "bad.metal"
+    bad.write_text(HEADER + "kernel void k(device float* x [[buffer(0)]]) { x[0] = nope; }\n")
+    p = subprocess.run([sys.executable, "-m", "metalkit", "check", str(bad)], capture_output=True, text=True)
+    assert p.returncode == 1
+    assert f"{bad}:3:" in p.stderr and "nope" in p.stderr
+
+
+def test_kernels_from_many_python_threads(device):
+    lib = build("""
+    kernel void fill(device int* x [[buffer(0)]], constant int& v [[buffer(1)]],
+                     uint i [[thread_position_in_grid]]) { x[i] = v + int(i); }""")
+    results, errors = {}, []
+
+    def work(t):
+        try:
+            for rep in range(30):
+                n = 1000 + 97 * t + rep
+                x = np.zeros(n, np.int32)
+                lib.fill(x, t * 1000 + rep)
+                if not np.array_equal(x, np.arange(n) + t * 1000 + rep):
+                    errors.append((t, rep))
+            results[t] = True
+        except Exception as e:  # surfaced by the assertion below
+            errors.append(repr(e))
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(6)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert errors == [] and len(results) == 6
+
+
+def test_error_leaves_state_usable(device):
+    import pytest
+    z = np.zeros(4, np.float32)
+    for _ in range(3):
+        with pytest.raises(mk.ArgumentError):
+            mk.run("add_arrays", z, z)
+    a = np.arange(4, dtype=np.float32)
+    mk.run("add_arrays", a, a, z)
+    assert z.tolist() == [0, 2, 4, 6]
+
+
+def test_kernel_repr_and_properties(device):
+    k = build("kernel void k(device float* x [[buffer(0)]], uint i [[thread_position_in_grid]]) { x[i] = 1; }").k
+    assert k.name == "k" and "device float* x" in repr(k)
+    x = np.zeros(10, np.float32)
+    k(x)
+    assert k.last_time > 0 and k.uses_barriers is False
+    assert os.path.basename(k.location[0]) == "<source>"

@@ -1,0 +1,116 @@
+"""Each error type, with a message that names the kernel, the parameter or line, and the fix."""
+import numpy as np
+import pytest
+
+import metalkit as mk
+from conftest import HEADER, build
+
+
+def test_error_hierarchy():
+    assert issubclass(mk.CompileError, mk.MetalkitError) and issubclass(mk.CompileError, SyntaxError)
+    assert issubclass(mk.ArgumentError, mk.MetalkitError) and issubclass(mk.ArgumentError, TypeError)
+    assert issubclass(mk.DispatchError, mk.MetalkitError) and issubclass(mk.DispatchError, ValueError)
+    assert issubclass(mk.KernelFault, mk.MetalkitError) and issubclass(mk.KernelFault, RuntimeError)
+
+
+def test_compile_error_points_at_the_users_line(device):
+    src = HEADER + "kernel void bad(device float* x [[buffer(0)]], uint i [[thread_position_in_grid]]) {\n" \
+                   "    x[i] = undefined_thing + 1;\n}\n"
+    with pytest.raises(mk.CompileError) as e:
+        mk.compile(src, filename="bad.metal")
+    err = e.value
+    assert err.filename == "bad.metal" and err.lineno == 4 and err.offset == 12
+    assert "undefined_thing" in err.msg and "undefined_thing" in err.text
+    assert "bad.metal:4:12" in str(err)
+
+
+def test_compile_error_in_an_included_header(device, tmp_path):
+    (tmp_path / "helpers.h").write_text("inline float f(float x) {\n  return x +;\n}\n")
+    (tmp_path / "main.metal").write_text(HEADER + '#include "helpers.h"\n'
+                                         "kernel void k(device float* x [[buffer(0)]], uint i [[thread_position_in_grid]]) { x[i] = f(x[i]); }\n")
+    with pytest.raises(mk.CompileError) as e:
+        mk.load(tmp_path / "main.metal")
+    assert e.value.filename.endswith("helpers.h") and e.value.lineno == 2
+
+
+def test_load_missing_file():
+    with pytest.raises(mk.CompileError, match="cannot read"):
+        mk.load("/nonexistent/nothing.metal")
+
+
+@pytest.mark.parametrize("snippet,match", [
+    ("kernel void k(texture2d<float> t [[texture(0)]]) {}", r"textures, samplers"),
+    ("kernel void k(device float* x [[buffer(0)]], uint i [[bogus_attr]]) {}", r"unknown parameter attribute \[\[bogus_attr\]\]"),
+    ("kernel void k(device float* a [[buffer(0)]], device float* b [[buffer(0)]]) {}", r"both use \[\[buffer\(0\)\]\]"),
+])
+def test_unsupported_or_invalid_signatures(device, snippet, match):
+    with pytest.raises(mk.CompileError, match=match) as e:
+        build(snippet, filename="sig.metal")
+    assert e.value.filename == "sig.metal" and e.value.lineno == 3
+
+
+def test_argument_count_names_the_signature(device):
+    with pytest.raises(mk.ArgumentError, match=r"kernel 'add_arrays' takes 3 arguments but 2 were given: "
+                                               r"add_arrays\(device const float\* a \[\[buffer\(0\)\]\]"):
+        mk.run("add_arrays", np.zeros(3, np.float32), np.zeros(3, np.float32))
+
+
+def test_dtype_mismatch_is_never_converted(device):
+    a = np.zeros(3, np.float64)
+    out = np.zeros(3, np.float32)
+    with pytest.raises(mk.ArgumentError, match=r"parameter 'a' .* takes elements of dtype float32, got an array of "
+                                               r"dtype float64; convert it first \(e.g. x.astype\(np.float32\)\)"):
+        mk.run("add_arrays", a, out, out)
+    with pytest.raises(mk.ArgumentError, match="takes a numpy array, got list"):
+        mk.run("add_arrays", [1.0, 2.0], out, out)
+    k = build("kernel void k(device float* x [[buffer(0)]]) {}").k
+    with pytest.raises(mk.ArgumentError, match="kernel 'k' got an unexpected keyword argument 'grd'; it accepts grid="):
+        k(out, grd=3)
+
+
+def test_dispatch_errors(device):
+    z = np.zeros(8, np.float32)
+    with pytest.raises(mk.DispatchError, match=r"threadgroup \(64, 32, 1\) has 2048 threads but this kernel allows at "
+                                               r"most \d+ per threadgroup"):
+        mk.run("add_arrays", z, z, z, threadgroup=(64, 32))
+    with pytest.raises(mk.DispatchError, match="threadgroup dimension 0 is 0"):
+        mk.run("add_arrays", z, z, z, threadgroup=0)
+    with pytest.raises(mk.DispatchError, match="grid dimension 1 is -1"):
+        mk.run("add_arrays", z, z, z, grid=(4, -1))
+    with pytest.raises(mk.DispatchError, match="tuple of 1 to 3 ints"):
+        mk.run("add_arrays", z, z, z, grid=(1, 2, 3, 4))
+    with pytest.raises(mk.DispatchError, match="must be an int or a tuple"):
+        mk.run("add_arrays", z, z, z, grid=2.5)
+
+
+def test_threadgroup_memory_checks(device):
+    lib = build("""
+    kernel void k(device float* x [[buffer(0)]], threadgroup float* tmp [[threadgroup(0)]],
+                  uint i [[thread_position_in_grid]], uint l [[thread_position_in_threadgroup]]) {
+        tmp[l] = x[i] * 2.0f;
+        x[i] = tmp[l];
+    }""")
+    x = np.arange(64, dtype=np.float32)
+    with pytest.raises(mk.DispatchError, match=r"parameter 'tmp' .* needs a size; pass threadgroup_memory=\{0: nbytes\}"):
+        lib.k(x)
+    with pytest.raises(mk.DispatchError, match="exceeds the 32768 bytes"):
+        lib.k(x, threadgroup_memory={0: 40000})
+    with pytest.raises(mk.DispatchError, match=r"no \[\[threadgroup\(3\)\]\] parameter"):
+        lib.k(x, threadgroup_memory={0: 256, 3: 16})
+    lib.k(x, threadgroup=16, threadgroup_memory={0: 16 * 4})
+    assert x.tolist() == [2.0 * i for i in range(64)]
+
+
+def test_no_array_to_size_the_grid(device):
+    lib = build("kernel void k(constant float& s [[buffer(0)]]) {}")
+    with pytest.raises(mk.DispatchError, match="pass grid="):
+        lib.k(1.0)
+    lib.k(1.0, grid=1)
+
+
+def test_missing_kernel_name(device):
+    lib = build("kernel void only(device float* x [[buffer(0)]]) {}")
+    with pytest.raises(KeyError, match="no kernel named 'other'.*it has: only"):
+        lib["other"]
+    with pytest.raises(AttributeError, match="no kernel named 'other'"):
+        lib.other
