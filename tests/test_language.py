@@ -97,3 +97,16 @@ def test_prepass_keeps_columns():
 def test_vertex_functions_are_refused(device):
     with pytest.raises(mk.CompileError, match="only kernel functions"):
         mk.compile(HEADER + "vertex float4 v(uint id [[vertex_id]]) { return float4(0); }\n")
+
+
+def test_unsuffixed_literals_are_float(device):
+    lib = build("""
+    kernel void k(device float* x [[buffer(0)]], device half* h [[buffer(1)]], uint i [[thread_position_in_grid]]) {
+        x[i] = sin(0.5) + max(x[i], 1.5) + 2.5e-1 + 1.;
+        h[i] = h[i] * 0.5h;
+    }""")
+    x = np.array([0.0, 3.0], np.float32)
+    h = np.array([4.0, -2.0], np.float16)
+    lib.k(x, h)
+    np.testing.assert_allclose(x, [np.sin(0.5) + 1.5 + 1.25, np.sin(0.5) + 3.0 + 1.25], rtol=1e-6)
+    assert h.tolist() == [2.0, -1.0]

@@ -21,6 +21,7 @@ to reflect a kernel.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from .tokens import Token, parse_marker, tokenize_line
@@ -394,6 +395,9 @@ def prepass(text: str, is_user, constants: dict | None = None) -> Result:
         if k not in consumed:
             src.blank(k, end)
     for i, t in enumerate(toks):
+        if t.kind == "num":
+            _float_literal(src, t)
+            continue
         if t.kind != "id":
             continue
         if t.text in ("device", "thread", "kernel"):
@@ -403,6 +407,20 @@ def prepass(text: str, is_user, constants: dict | None = None) -> Result:
         elif t.text == "threadgroup" and not any(a == t.col for a, _, _ in src.edits.get(t.line, [])):
             src.blank(i, i)
     return Result(src.render(), kernels, src.files)
+
+
+_UNSUFFIXED_FLOAT = re.compile(r"(?:[0-9]*\.[0-9]*(?:[eE][+-]?[0-9]+)?|[0-9]+[eE][+-]?[0-9]+|0[xX][0-9a-fA-F.]*[pP][+-]?[0-9]+)")
+
+
+def _float_literal(src: _Source, t: Token) -> None:
+    """MSL has no double: an unsuffixed floating literal is a float."""
+    if not _UNSUFFIXED_FLOAT.fullmatch(t.text.replace("'", "")):
+        return
+    line = src.lines[t.line]
+    end = t.col + len(t.text)
+    # Take the space after the literal if there is one, so later columns stay put.
+    width = len(t.text) + (1 if end < len(line) and line[end] == " " else 0)
+    src.edits.setdefault(t.line, []).append((t.col, t.col + width, t.text + "f"))
 
 
 def _rewrite_threadgroup_storage(src: _Source, a: int, b: int) -> None:
