@@ -7,35 +7,13 @@
 #include <limits>
 
 #include "../core/errors.h"
+#include "py_attr.h"
+#include "../core/float16.h"
 
 namespace py = pybind11;
 
 namespace mk {
 namespace {
-
-uint16_t float_to_half(float f) {
-  uint32_t x;
-  std::memcpy(&x, &f, 4);
-  uint32_t sign = (x >> 16) & 0x8000u;
-  uint32_t mag = x & 0x7FFFFFFFu;
-  if (mag >= 0x7F800000u) return uint16_t(sign | 0x7C00u | (mag > 0x7F800000u ? 0x200u : 0u));
-  if (mag >= 0x477FF000u) return uint16_t(sign | 0x7C00u);  // rounds past 65504
-  if (mag < 0x38800000u) {                                  // subnormal or zero in half
-    float a;
-    std::memcpy(&a, &mag, 4);
-    return uint16_t(sign | uint32_t(std::nearbyint(a * 16777216.0f)));  // a / 2^-24, ties to even
-  }
-  uint32_t r = mag + 0xC8000FFFu + ((mag >> 13) & 1u);  // rebias and round to nearest even
-  return uint16_t(sign | (r >> 13));
-}
-
-uint16_t float_to_bfloat(float f) {
-  uint32_t x;
-  std::memcpy(&x, &f, 4);
-  if ((x & 0x7FFFFFFFu) > 0x7F800000u) return uint16_t((x >> 16) | 0x40u);
-  x += 0x7FFFu + ((x >> 16) & 1u);
-  return uint16_t(x >> 16);
-}
 
 [[noreturn]] void fail(const std::string& kernel, const ArgSpec& s, const std::string& what) {
   throw ArgumentError("kernel '" + kernel + "': " + describe_param(s) + " " + what);
@@ -44,19 +22,19 @@ uint16_t float_to_bfloat(float f) {
 bool is_integer(py::handle v) {
   if (PyBool_Check(v.ptr())) return false;
   if (PyLong_Check(v.ptr())) return true;
-  static py::object integer = py::module_::import("numpy").attr("integer");
+  py::object& integer = MK_PY_ATTR("numpy", "integer");
   return py::isinstance(v, integer);
 }
 
 bool is_number(py::handle v) {
   if (PyFloat_Check(v.ptr()) || is_integer(v)) return true;
-  static py::object floating = py::module_::import("numpy").attr("floating");
+  py::object& floating = MK_PY_ATTR("numpy", "floating");
   return py::isinstance(v, floating);
 }
 
 bool is_bool(py::handle v) {
   if (PyBool_Check(v.ptr())) return true;
-  static py::object bool_ = py::module_::import("numpy").attr("bool_");
+  py::object& bool_ = MK_PY_ATTR("numpy", "bool_");
   return py::isinstance(v, bool_);
 }
 

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "../core/errors.h"
+#include "py_attr.h"
 #include "buffer.h"
 #include "convert.h"
 
@@ -118,7 +119,7 @@ void PyKernel::bind_array(const ArgSpec& s, const Slot& slot, py::handle obj, Bo
       out.offset = size_t(static_cast<char*>(out.data) - static_cast<char*>(out.alloc->data()));
   } else {
     // Staged: an aligned contiguous copy, copied back only if the kernel may write it.
-    static py::object stage = py::module_::import("metalkit._staging").attr("stage");
+    py::object& stage = MK_PY_ATTR("metalkit._staging", "stage");
     py::object copy = stage(arr);  // page-aligned, so any element alignment holds
     out.data = py::detail::array_proxy(copy.ptr())->data;
     if (impl_->wants_allocations()) out.alloc = find_allocation(copy);
@@ -217,7 +218,7 @@ py::object PyKernel::call(py::args args, py::kwargs kwargs) {
     impl_->dispatch(launch);
   }
   if (!staged.empty()) {
-    static py::object copyto = py::module_::import("numpy").attr("copyto");
+    py::object& copyto = MK_PY_ATTR("numpy", "copyto");
     for (auto& st : staged)
       if (st.copy_back) copyto(st.original, st.staged);
   }
@@ -225,7 +226,7 @@ py::object PyKernel::call(py::args args, py::kwargs kwargs) {
 }
 
 py::list PyKernel::arg_specs() const {
-  static py::object make = py::module_::import("metalkit._argspec").attr("ArgSpec");
+  py::object& make = MK_PY_ATTR("metalkit._argspec", "ArgSpec");
   py::list out;
   for (const ArgSpec& a : spec().args) {
     const char* kinds[] = {"buffer", "scalar", "threadgroup", "builtin"};

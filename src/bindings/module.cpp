@@ -4,6 +4,7 @@
 #include <pybind11/stl.h>
 
 #include "../core/errors.h"
+#include "py_attr.h"
 #include "../cpu/cpu_backend.h"
 #include "buffer.h"
 #include "kernel.h"
@@ -20,7 +21,7 @@ struct PyLibrary {
 };
 
 void raise_as(const char* cls, const std::exception& e) {
-  static py::object errors = py::module_::import("metalkit.errors");
+  py::object& errors = MK_PY_ATTR("metalkit", "errors");  // the metalkit.errors module
   PyErr_SetString(errors.attr(cls).ptr(), e.what());
 }
 
