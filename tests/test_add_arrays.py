@@ -43,3 +43,12 @@ def test_bundled_kernel_listing():
     assert "add_arrays" in mk.kernels()
     with pytest.raises(KeyError, match="no bundled kernel named 'nope'"):
         mk.run("nope")
+
+
+def test_add_arrays_large(device, rng):
+    n = 2**26 + 3  # 256 MiB per array; not a multiple of the threadgroup
+    a = rng.random(n, dtype=np.float32)
+    b = rng.random(n, dtype=np.float32)
+    out = np.empty_like(a)
+    mk.run("add_arrays", a, b, out)
+    np.testing.assert_array_equal(out, a + b)

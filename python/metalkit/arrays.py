@@ -16,8 +16,8 @@ def _allocate(nbytes: int):
 def _on_device(a: np.ndarray) -> bool:
     from . import _core
     base = a.base
-    while isinstance(base, np.ndarray):
-        base = base.base
+    while isinstance(base, (np.ndarray, memoryview)):
+        base = base.obj if isinstance(base, memoryview) else base.base
     return isinstance(base, _core.Buffer)
 
 
