@@ -13,6 +13,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from . import _validation
+
+_validation.apply()  # before anything loads the compiled core, which creates the Metal device
+
 from ._argspec import ArgSpec
 from ._device import DeviceInfo, device, use
 from .arrays import asarray, empty, zeros

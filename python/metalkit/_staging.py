@@ -3,12 +3,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import _core
+from .arrays import _allocate
 
 
 def stage(arr: np.ndarray) -> np.ndarray:
-    """An aligned C-contiguous copy of ``arr`` in device memory."""
-    buf = _core.allocate(max(arr.nbytes, 1))
+    """An aligned C-contiguous copy of ``arr`` in the current backend's device memory
+    (so the Metal backend binds it as it is, with no second copy)."""
+    buf = _allocate(arr.nbytes)
     out = np.frombuffer(buf, dtype=np.uint8, count=arr.nbytes).view(arr.dtype).reshape(arr.shape)
     np.copyto(out, arr)
     return out

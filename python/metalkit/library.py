@@ -100,12 +100,15 @@ def compile(source: str, *, filename: str = "<source>", include_dirs: Iterable[s
             if lib is None:
                 lib = _libraries[key] = Library(_core.load_cpu_library(path), filename, backend)
         return lib
-    from . import _core
+    from . import _metal
+    from .msl.includes import inline_includes
+    text = inline_includes(source, filename, include_dirs)
+    key = key + (text,)  # the headers as they are now: an edited header makes a new library
     with _lock:
         lib = _libraries.get(key)
         if lib is None:
             lib = _libraries[key] = Library(
-                _core.metal_compile(source, filename, list(include_dirs), consts, fast_math), filename, backend)
+                _metal.compile_source(text, source, filename, consts, fast_math), filename, backend)
     return lib
 
 
@@ -113,15 +116,38 @@ def load(path: Union[str, os.PathLike], *, include_dirs: Iterable[str] = (), con
          fast_math: bool = False) -> Library:
     """Compile a ``.metal`` file; its own folder is searched first for ``#include "..."``.
 
+    A precompiled ``.metallib`` loads on the Metal backend only; its kernels
+    take an array for every ``[[buffer(n)]]`` (a scalar as a 1-element array).
+
     >>> import metalkit, pathlib
     >>> lib = metalkit.load(pathlib.Path(metalkit.__file__).parent / "kernels" / "add_arrays.metal")
     >>> lib.kernels
     ['add_arrays']
     """
     p = Path(path)
+    if p.suffix == ".metallib":
+        return _load_metallib(p, dict(constants or {}))
     try:
         source = p.read_text()
     except OSError as e:
         raise CompileError(f"cannot read {p}: {e.strerror}", filename=str(p)) from None
     return compile(source, filename=str(p), include_dirs=(str(p.resolve().parent), *include_dirs),
                    constants=constants, fast_math=fast_math)
+
+
+def _load_metallib(p: Path, constants: dict) -> Library:
+    backend = _device.current()
+    if backend != "metal":
+        raise CompileError(f"{p} is compiled GPU code, which only the Metal backend runs; load the .metal source "
+                           "on this backend", filename=str(p))
+    from . import _metal
+    try:
+        mtime = p.stat().st_mtime_ns  # a rebuilt .metallib makes a new library
+    except OSError as e:
+        raise CompileError(f"cannot read {p}: {e.strerror}", filename=str(p)) from None
+    key = (backend, "metallib", str(p.resolve()), mtime, tuple(sorted((repr(k), repr(v)) for k, v in constants.items())))
+    with _lock:
+        lib = _libraries.get(key)
+        if lib is None:
+            lib = _libraries[key] = Library(_metal.load_metallib(str(p), constants), str(p), backend)
+    return lib

@@ -8,6 +8,7 @@
 #include "../cpu/cpu_backend.h"
 #include "buffer.h"
 #include "kernel.h"
+#include "metal_module.h"
 
 namespace py = pybind11;
 using namespace mk;
@@ -96,6 +97,10 @@ PYBIND11_MODULE(_core, m) {
         lib.kernels[name] = k;
         return py::cast(k);
       });
+
+  register_metal(m, [](std::shared_ptr<LibraryImpl> impl) {
+    return py::cast(std::make_shared<PyLibrary>(PyLibrary{std::move(impl), {}}));
+  });
 
   m.def("load_cpu_library", [](const std::string& path) { return std::make_shared<PyLibrary>(PyLibrary{load_cpu_library(path), {}}); },
         py::arg("path"), "Loads a module compiled by metalkit.msl.");

@@ -1,0 +1,54 @@
+"""Kernel signatures read from MSL source, for the Metal backend.
+
+Metal's pipeline reflection names each binding and its element type but not
+how the parameter is declared, so ``constant float& s`` (a scalar) and
+``constant float* s`` (an array) reflect alike. The CPU front-end's token
+pre-pass already reads signatures, so the Metal backend reads them with it
+too and both backends sort parameters the same way. The pre-pass expects
+preprocessed text; here it gets the source with comments removed and
+directives blanked (line numbers kept). Kernels that only macros spell out
+are not seen: they get no signature, and each of their ``[[buffer(n)]]``
+parameters then takes an array (a scalar can be passed as a 1-element array).
+"""
+from __future__ import annotations
+
+import re
+
+from .prepass import MslError, prepass
+from .tokens import parse_marker
+
+# host name -> (file, line, [(kind, index, name, decl, space), ...]) for _core.metal_compile.
+Signatures = dict[str, tuple[str, int, list[tuple[str, int, str, str, int]]]]
+
+_COMMENT_OR_LITERAL = re.compile(r'//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'', re.S)
+
+
+def kernel_signatures(text: str) -> Signatures:
+    """Signatures of the kernels ``text`` (inlined source, see includes.py) declares; {} if it cannot be read."""
+    try:
+        kernels = prepass(_as_preprocessed(text), lambda file: True).kernels
+    except (MslError, IndexError):  # unreadable here (unbalanced braces...): Metal's compiler reports what is wrong
+        return {}
+    return {k.host_name: (k.file, k.line, [(p.kind, p.index, p.name, p.decl, p.space)
+                                          for p in k.params if p.kind != "builtin"])
+            for k in kernels}
+
+
+def _as_preprocessed(text: str) -> str:
+    """Comments out, continued lines joined, directives other than line markers blanked; lines kept."""
+    def blank(m: re.Match) -> str:
+        s = m.group()
+        return s if s[0] in "\"'" else re.sub(r"[^\n]", " ", s)
+    lines = _COMMENT_OR_LITERAL.sub(blank, text).split("\n")
+    out: list[str] = []
+    i = 0
+    while i < len(lines):
+        line, extra = lines[i], 0
+        while line.endswith("\\") and i + extra + 1 < len(lines):
+            extra += 1
+            line = line[:-1] + lines[i + extra]
+        if line.lstrip().startswith("#") and not parse_marker(line):
+            line = ""
+        out.extend([line] + [""] * extra)
+        i += extra + 1
+    return "\n".join(out)

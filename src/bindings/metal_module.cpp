@@ -1,0 +1,224 @@
+#include "metal_module.h"
+
+#include <pybind11/stl.h>
+
+#include <cstring>
+
+#include "../core/errors.h"
+#include "../core/function_constants.h"
+#include "../core/gpu_dispatch.h"
+#include "../core/reflection.h"
+#include "buffer.h"
+#ifdef METALKIT_HAVE_METAL
+#include "../metal/metal_backend.h"
+#endif
+
+namespace py = pybind11;
+
+namespace mk {
+namespace {
+
+std::string type_name(py::handle x) { return py::str(py::type::of(x).attr("__name__")); }
+
+// constants= as the core takes them: {name or index: bool | int | float}.
+std::vector<ConstantArg> constant_args(py::handle constants) {
+  std::vector<ConstantArg> out;
+  if (constants.is_none()) return out;
+  static py::object np_bool = py::module_::import("numpy").attr("bool_");
+  static py::object np_floating = py::module_::import("numpy").attr("floating");
+  for (auto item : py::reinterpret_borrow<py::dict>(constants)) {
+    ConstantArg a;
+    py::handle key = item.first, value = item.second;
+    if (PyUnicode_Check(key.ptr())) {
+      a.name = key.cast<std::string>();
+    } else if (!PyBool_Check(key.ptr()) && PyIndex_Check(key.ptr())) {
+      a.index = py::reinterpret_steal<py::int_>(PyNumber_Index(key.ptr())).cast<int64_t>();
+    } else {
+      throw py::type_error("constants= keys are function constant names (str) or indices (int), got " +
+                           type_name(key));
+    }
+    a.text = py::repr(value);
+    if (PyBool_Check(value.ptr()) || py::isinstance(value, np_bool)) {
+      a.kind = ConstantArg::Kind::Bool;
+      a.boolean = PyObject_IsTrue(value.ptr()) == 1;
+    } else if (PyIndex_Check(value.ptr())) {
+      py::int_ i = py::reinterpret_steal<py::int_>(PyNumber_Index(value.ptr()));
+      a.kind = ConstantArg::Kind::Int;
+      a.negative = i < py::int_(0);
+      py::int_ mag = py::reinterpret_steal<py::int_>(PyNumber_Absolute(i.ptr()));
+      a.magnitude = PyLong_AsUnsignedLongLong(mag.ptr());
+      if (PyErr_Occurred()) {
+        PyErr_Clear();
+        throw py::value_error("function constant value " + a.text + " is out of range for every integer type");
+      }
+    } else if (PyFloat_Check(value.ptr()) || py::isinstance(value, np_floating)) {
+      a.kind = ConstantArg::Kind::Float;
+      a.real = py::cast<double>(value);
+    } else {
+      throw py::type_error("function constant values must be bool, int or float, not " + type_name(value));
+    }
+    out.push_back(std::move(a));
+  }
+  return out;
+}
+
+ArgKind kind_named(const std::string& s) {
+  if (s == "buffer") return ArgKind::Buffer;
+  if (s == "scalar") return ArgKind::Scalar;
+  if (s == "threadgroup") return ArgKind::Threadgroup;
+  throw py::value_error("unknown parameter kind '" + s + "'");
+}
+
+const char* kind_name(ArgKind k) {
+  const char* names[] = {"buffer", "scalar", "threadgroup", "builtin"};
+  return names[int(k)];
+}
+
+const char* space_name(Space s) {
+  const char* names[] = {"none", "device", "constant", "threadgroup", "thread"};
+  return names[int(s)];
+}
+
+// Signatures from metalkit.msl.signatures: {host name: (file, line, [(kind, index, name, decl, space), ...])}.
+KernelDecls kernel_decls(py::handle kernels) {
+  KernelDecls out;
+  if (kernels.is_none()) return out;
+  for (auto item : py::reinterpret_borrow<py::dict>(kernels)) {
+    auto t = item.second.cast<py::tuple>();
+    KernelDecl k;
+    k.file = t[0].cast<std::string>();
+    k.line = t[1].cast<int>();
+    for (auto p : t[2]) {
+      auto q = p.cast<py::tuple>();
+      k.params.push_back({kind_named(q[0].cast<std::string>()), q[1].cast<int>(), q[2].cast<std::string>(),
+                          q[3].cast<std::string>(), Space(q[4].cast<int>())});
+    }
+    out[item.first.cast<std::string>()] = std::move(k);
+  }
+  return out;
+}
+
+int type_named(const std::string& name) {
+  for (int t = 0; t < MK_T_COUNT; ++t)
+    if (name == msl_type_name(t)) return t;
+  throw py::value_error("unknown element type '" + name + "'");
+}
+
+std::vector<ConstantDecl> constant_decls(const std::vector<py::tuple>& decls) {
+  std::vector<ConstantDecl> out;
+  for (const py::tuple& d : decls)
+    out.push_back({d[0].cast<std::string>(), d[1].cast<int>(), type_named(d[2].cast<std::string>()),
+                   d[3].cast<int>(), d[4].cast<bool>()});
+  return out;
+}
+
+void register_rules(py::module_& m) {
+  auto r = m.def_submodule("metal_rules", "Decisions the Metal backend makes, callable on every platform for tests.");
+  r.def("route_buffer", [](const std::string& kind, bool writable, int space, bool in_device_buffer, uintptr_t address,
+                           uint64_t nbytes, uint64_t offset, uint64_t page) {
+    ArgSpec s;
+    s.kind = kind_named(kind);
+    s.writable = writable;
+    s.space = Space(space);
+    const char* names[] = {"bound", "bytes", "wrap", "stage", "empty"};
+    return names[int(route_buffer(s, in_device_buffer, address, nbytes, offset, page))];
+  });
+  r.def("staging_capacity", &staging_capacity);
+  r.def("keep_staging", &keep_staging);
+  r.def("uniform_threadgroups", [](const std::string& kernel, const std::vector<int64_t>& grid,
+                                   const std::vector<int64_t>& tg) {
+    Geometry g = plan_geometry(kernel, make_dims(kernel, "grid", grid, true),
+                               make_dims(kernel, "threadgroup", tg, false), std::nullopt, 0xFFFFFFFFu);
+    Dims3 n = uniform_threadgroups(kernel, g);
+    return py::make_tuple(n.v[0], n.v[1], n.v[2]);
+  });
+  r.def("threadgroup_length", &threadgroup_length);
+  r.def("check_threadgroup_memory", &check_threadgroup_memory);
+  r.def("gpu_fault_message", &gpu_fault_message);
+  // decls: [(name, index, msl type name, vector width, required)]; returns {index: 8 value bytes}.
+  r.def("resolve_constants", [](const std::string& kernel, const std::vector<py::tuple>& decls, py::dict constants) {
+    auto d = constant_decls(decls);
+    py::dict out;
+    for (const ConstantValue& v : resolve_constants(kernel, d, constant_args(constants)))
+      out[py::int_(d[v.decl].index)] = py::bytes(reinterpret_cast<const char*>(v.bytes.data()), v.bytes.size());
+    return out;
+  });
+  r.def("check_constants_declared", [](py::dict constants, const std::vector<py::tuple>& decls) {
+    check_constants_declared(constant_args(constants), constant_decls(decls));
+  });
+  // bindings: [("buffer" | "threadgroup" | other, index, name, msl type name, vector width, size, align, writable)].
+  r.def("spec_from_reflection", [](const std::string& kernel, const std::vector<py::tuple>& bindings,
+                                   py::object kernels, const std::string& file) {
+    std::vector<ReflectedBinding> refl;
+    for (const py::tuple& b : bindings) {
+      ReflectedBinding x;
+      auto what = b[0].cast<std::string>();
+      x.type = what == "buffer" ? ReflectedBinding::Type::Buffer
+               : what == "threadgroup" ? ReflectedBinding::Type::Threadgroup : ReflectedBinding::Type::Other;
+      x.other = what;
+      x.index = b[1].cast<int>();
+      x.name = b[2].cast<std::string>();
+      x.elem_type = type_named(b[3].cast<std::string>());
+      x.vec_width = b[4].cast<int>();
+      x.size = b[5].cast<uint64_t>();
+      x.align = b[6].cast<uint64_t>();
+      x.writable = b[7].cast<bool>();
+      refl.push_back(std::move(x));
+    }
+    KernelDecls decls = kernel_decls(kernels);
+    auto it = decls.find(kernel);
+    KernelSpec spec = spec_from_reflection(kernel, refl, it == decls.end() ? nullptr : &it->second, 1024, file);
+    py::list out;
+    for (const ArgSpec& a : spec.args)
+      out.append(py::make_tuple(kind_name(a.kind), a.index, a.name, a.decl, msl_type_name(a.type), a.vec_width,
+                                space_name(a.space), a.writable, a.elem_size));
+    return py::make_tuple(spec.file, spec.line, out);
+  });
+}
+
+}  // namespace
+
+void register_metal(py::module_& m, WrapLibrary wrap_library) {
+  register_rules(m);
+#ifdef METALKIT_HAVE_METAL
+  m.def("metal_device", [] {
+    MetalDeviceInfo info;
+    {
+      py::gil_scoped_release nogil;
+      info = metal_device_info();
+    }
+    py::dict d;
+    d["name"] = info.name;
+    d["max_threads_per_threadgroup"] = info.max_threads_per_threadgroup;
+    d["max_threadgroup_memory"] = info.max_threadgroup_memory;
+    d["unified_memory"] = info.unified_memory;
+    d["recommended_working_set"] = info.recommended_working_set;
+    return d;
+  }, "The Metal GPU in use, as a dict.");
+  m.def("metal_compile", [wrap_library](const std::string& source, const std::string& filename, py::object constants,
+                                        bool fast_math, py::object kernels) {
+    auto args = constant_args(constants);
+    auto decls = kernel_decls(kernels);
+    std::shared_ptr<LibraryImpl> lib;
+    {
+      py::gil_scoped_release nogil;
+      lib = metal_compile(source, filename, args, fast_math, decls);
+    }
+    return wrap_library(std::move(lib));
+  }, py::arg("source"), py::arg("filename"), py::arg("constants"), py::arg("fast_math"), py::arg("kernels"),
+     "Compiles MSL source (its #include \"...\" files inlined) for the GPU.");
+  m.def("metal_load_metallib", [wrap_library](const std::string& path, py::object constants) {
+    auto args = constant_args(constants);
+    std::shared_ptr<LibraryImpl> lib;
+    {
+      py::gil_scoped_release nogil;
+      lib = metal_load_metallib(path, args);
+    }
+    return wrap_library(std::move(lib));
+  }, py::arg("path"), py::arg("constants"), "Loads a precompiled .metallib.");
+  m.def("metal_allocate", [](size_t nbytes) { return PyBuffer{metal_allocate(nbytes)}; }, py::arg("nbytes"),
+        "GPU-shared memory of nbytes bytes.");
+#endif
+}
+
+}  // namespace mk

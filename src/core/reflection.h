@@ -1,0 +1,53 @@
+// A kernel's KernelSpec from pipeline reflection plus its declared signature.
+// Reflection gives each binding's index, name, element type, size and access,
+// but not how the parameter is declared: `constant float& s` (a scalar) and
+// `constant float* s` (an array) reflect alike. The signature, read from the
+// source by metalkit.msl exactly as the CPU backend reads it, settles that, so
+// both backends expect the same Python arguments.
+#pragma once
+#include <map>
+#include <string>
+#include <vector>
+
+#include "arg_spec.h"
+
+namespace mk {
+
+// One [[buffer(n)]] or [[threadgroup(n)]] parameter as the source declares it.
+struct ParamDecl {
+  ArgKind kind = ArgKind::Buffer;  // Buffer, Scalar or Threadgroup
+  int index = 0;
+  std::string name;
+  std::string decl;                // as written, for messages
+  Space space = Space::None;
+};
+
+// A kernel's signature as the source declares it (host name -> signature).
+struct KernelDecl {
+  std::string file;
+  int line = 0;
+  std::vector<ParamDecl> params;
+};
+using KernelDecls = std::map<std::string, KernelDecl>;
+
+// One binding as reflection reports it.
+struct ReflectedBinding {
+  enum class Type { Buffer, Threadgroup, Other } type = Type::Buffer;
+  int index = 0;
+  std::string name;
+  int elem_type = MK_T_STRUCT;     // mk_type (Buffer)
+  int vec_width = 1;
+  uint64_t size = 0;               // element (Buffer) or declared (Threadgroup) size in bytes
+  uint64_t align = 1;
+  bool writable = false;
+  std::string other;               // what an unsupported binding is ("texture", "sampler", ...)
+};
+
+// Buffers and scalars by index, then threadgroup parameters. Without a declared
+// signature (a .metallib, a kernel made by a macro) every [[buffer(n)]] takes an
+// array; a scalar can then be passed as a 1-element array. Throws
+// CompileFailure for parameters metalkit cannot pass (textures, samplers, ...).
+KernelSpec spec_from_reflection(const std::string& kernel, const std::vector<ReflectedBinding>& bindings,
+                                const KernelDecl* declared, uint32_t max_threads, const std::string& file);
+
+}  // namespace mk

@@ -1,0 +1,89 @@
+// Objective-C++ shared by the Metal backend's .mm files (never included from
+// .cpp). Builds with the macOS 14 SDK (Xcode 15) or later; runs on macOS 11+.
+#pragma once
+#import <Foundation/Foundation.h>
+#import <Metal/Metal.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "../core/backend.h"
+#include "../core/reflection.h"
+
+#if __MAC_OS_X_VERSION_MAX_ALLOWED < 140000
+#error "metalkit's Metal backend needs the macOS 14 SDK (Xcode 15) or later"
+#endif
+
+namespace mk {
+
+// Released staging buffers, reused by capacity (staging_capacity, keep_staging).
+class StagingPool {
+ public:
+  // nil if Metal has no memory for it.
+  id<MTLBuffer> acquire(id<MTLDevice> device, uint64_t nbytes, uint64_t page);
+  void release(id<MTLBuffer> buffer);
+
+ private:
+  std::mutex mutex_;
+  std::multimap<uint64_t, id<MTLBuffer>> free_;
+  uint64_t pooled_ = 0;
+};
+
+// The process's one GPU and command queue, and what dispatches need to know of it.
+struct MetalDevice {
+  id<MTLDevice> device;
+  id<MTLCommandQueue> queue;
+  bool nonuniform_threadgroups = false;  // dispatchThreads:threadsPerThreadgroup: is allowed
+  bool validation = false;               // shader validation was on when the device was made
+  uint64_t max_threadgroup_memory = 0;
+  uint64_t page = 0;                     // host page size, for no-copy buffers
+  StagingPool staging;
+};
+
+// Created on first use and kept for the life of the process.
+MetalDevice& metal_device();
+
+// A shared-storage MTLBuffer; numpy views its contents.
+class MetalAllocation : public Allocation {
+ public:
+  MetalAllocation(id<MTLBuffer> buffer, size_t nbytes);
+  id<MTLBuffer> buffer() const { return buffer_; }
+
+ private:
+  id<MTLBuffer> buffer_;
+};
+
+// A buffer over page-aligned host memory of whole pages, without a copy; nil if Metal declines.
+id<MTLBuffer> wrap_host_memory(MetalDevice& dev, void* data, uint64_t nbytes);
+
+// Strings in and out. Text from Python is valid UTF-8 (pybind11 encodes it strictly).
+NSString* ns_string(const std::string& s);
+std::string std_string(NSString* s);
+// An NSError's description, or `fallback` when there is no error object.
+std::string error_text(NSError* error, const std::string& fallback);
+
+// The mk_type and vector width of a Metal data type; MK_T_STRUCT (width 1) for
+// structs, matrices, arrays and anything else metalkit passes as raw bytes.
+void element_type(MTLDataType type, int* mk_type, int* vec_width);
+
+class MetalKernel : public KernelImpl {
+ public:
+  MetalKernel(MetalDevice& dev, id<MTLComputePipelineState> pipeline, KernelSpec spec);
+  void dispatch(const Launch& launch) override;  // metal_dispatch.mm
+  // Arrays in metalkit buffers are bound in place (BoundArg::alloc / offset).
+  bool wants_allocations() const override { return true; }
+
+ private:
+  MetalDevice& dev_;
+  id<MTLComputePipelineState> pipeline_;
+  uint64_t static_threadgroup_memory_;
+};
+
+// The pipeline and KernelSpec of a (specialized) kernel function; throws CompileFailure.
+std::shared_ptr<KernelImpl> make_metal_kernel(MetalDevice& dev, id<MTLFunction> function, const std::string& name,
+                                              const KernelDecl* declared, const std::string& file);
+
+}  // namespace mk
