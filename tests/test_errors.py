@@ -114,18 +114,3 @@ def test_missing_kernel_name(device):
         lib["other"]
     with pytest.raises(AttributeError, match="no kernel named 'other'"):
         lib.other
-
-
-def test_barrier_kernels_are_refused_clearly_on_cpu_for_now(device):
-    src = """
-    static void sync_helper() { threadgroup_barrier(mem_flags::mem_threadgroup); }
-    kernel void k(device float* x [[buffer(0)]], uint i [[thread_position_in_grid]]) { sync_helper(); x[i] = 1; }
-    kernel void fine(device float* x [[buffer(0)]], uint i [[thread_position_in_grid]]) { x[i] = 2; }
-    """
-    if device == "metal":  # the GPU runs them: the limit is the CPU simulator's
-        assert sorted(build(src).kernels) == ["fine", "k"]
-        return
-    with pytest.raises(mk.CompileError, match="kernel 'k' uses threadgroup_barrier; the CPU backend does not yet run "
-                                              "kernels with barriers") as e:
-        build(src, filename="sync.metal")
-    assert e.value.filename == "sync.metal" and e.value.lineno == 5

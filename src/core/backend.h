@@ -1,6 +1,7 @@
 // The interfaces a backend implements. Everything a backend receives has
 // already been matched and validated above it; it only runs the request.
 #pragma once
+#include <atomic>
 #include <cstddef>
 #include <memory>
 #include <string>
@@ -10,6 +11,17 @@
 #include "geometry.h"
 
 namespace mk {
+
+class Batch;  // batch.h
+
+// How a backend reaches an array argument's host memory when a call queued in
+// a batch runs (see batch.h, must_complete_first).
+enum class HostAccess {
+  Direct,  // the memory itself, when the call runs (a metalkit buffer; every array on the CPU)
+  Mapped,  // a device copy or no-copy alias of that exact range, shared by the batch's calls,
+           // copied in when first queued and back (if written) when the batch completes
+  CopyIn,  // its bytes, copied when the call is queued (read-only; Metal's setBytes)
+};
 
 // Device memory that numpy arrays can view (shared storage on Metal).
 class Allocation {
@@ -36,6 +48,7 @@ struct Launch {
   Geometry geometry;
   std::vector<BoundArg> args;      // one per parameter (builtins unused)
   uint64_t tg_bytes = 0;           // dynamic threadgroup memory per group
+  uint32_t shuffle_seed = 0;       // CPU simulator: run fibers in a shuffled order (0: in order)
 };
 
 class KernelImpl {
@@ -46,12 +59,23 @@ class KernelImpl {
   virtual void dispatch(const Launch& launch) = 0;
   // Whether dispatch() uses BoundArg::alloc (the bindings then look it up).
   virtual bool wants_allocations() const { return false; }
-  // Wall or GPU time of the last dispatch in seconds.
-  double last_time() const { return last_time_; }
+  // GPU time of the last dispatch in seconds (the CPU simulator: its wall time).
+  // Read and written from any thread.
+  double last_gpu_time() const { return last_time_.load(std::memory_order_relaxed); }
+
+  // metalkit.batch(). A backend that defers returns true from defers(), and
+  // enqueue() adds the call to batch.encoding (creating it) without waiting;
+  // like dispatch() it validates first and throws before queueing anything.
+  // Other backends run each call at once through dispatch().
+  virtual bool defers() const { return false; }
+  virtual void enqueue(const Launch& launch, Batch& batch) { dispatch(launch); }
+  // How a queued call reaches this argument (BoundArg::alloc already looked up).
+  virtual HostAccess host_access(const ArgSpec&, const BoundArg&) const { return HostAccess::Direct; }
 
  protected:
   KernelSpec spec_;
-  double last_time_ = 0;
+  std::atomic<double> last_time_{0};  // seconds; last_gpu_time(). Batch sets it for queued calls.
+  friend class Batch;
 };
 
 class LibraryImpl {

@@ -2,12 +2,20 @@
 
 #include <dlfcn.h>
 
+#include <atomic>
 #include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <mutex>
 #include <cstdlib>
 #include <cstring>
 #include <map>
 #include <stdexcept>
 
+#include "../core/errors.h"
+#include "fault.h"
+#include "scheduler.h"
+#include "fiber.h"
 #include "thread_pool.h"
 
 namespace mk {
@@ -38,6 +46,47 @@ struct Module {
 char* tg_arena() {
   alignas(64) static thread_local char arena[kMaxThreadgroupMemory];
   return arena;
+}
+
+std::string group_at(const mk_dispatch& d, uint64_t g) {
+  uint64_t gx = d.ngroups[0], gy = d.ngroups[1];
+  return "(" + std::to_string(g % gx) + ", " + std::to_string((g / gx) % gy) + ", " + std::to_string(g / (gx * gy)) + ")";
+}
+
+// Runs groups [first, last) with this thread's fault trap armed. Returns ""
+// or what went wrong, with where.
+std::string run_trapped(mk_launch_fn launch, const mk_dispatch& d, uint64_t first, uint64_t last, uint32_t seed) {
+  prepare_fault_handling();
+  set_shuffle_seed(seed);
+  FaultTrap trap;
+  trap.message.reserve(256);
+  FaultTrap* outer = current_trap();
+  current_trap() = &trap;
+  std::string result;
+  if (sigsetjmp(trap.env, 0) == 0) {
+    trap.armed = true;
+    launch(&d, first, last, tg_arena());
+    trap.armed = false;
+  } else {
+    bool overflow = false;
+    std::string where = abandon_group(trap.address, &overflow);
+    if (where.empty())
+      where = last - first == 1 ? "threadgroup " + group_at(d, first)
+                                : "threadgroups " + group_at(d, first) + " to " + group_at(d, last - 1);
+    if (!trap.signal) {
+      result = trap.message;
+    } else if (overflow) {
+      result = "stack overflow in " + where + " (a thread used more than " +
+               std::to_string(FiberStacks::kStackBytes >> 10) + " KiB of stack); use smaller per-thread arrays";
+    } else {
+      char addr[32];
+      std::snprintf(addr, sizeof addr, "0x%llx", (unsigned long long)trap.address);
+      result = std::string(trap.signal == SIGBUS ? "bus error" : "invalid memory access") + " at address " + addr +
+               " in " + where + "; an index is probably out of bounds (METALKIT_CHECK=1 runs on guarded copies)";
+    }
+  }
+  current_trap() = outer;
+  return result;
 }
 
 class CpuKernel : public KernelImpl {
@@ -92,10 +141,21 @@ class CpuKernel : public KernelImpl {
     const uint64_t per_group = std::max<uint64_t>(1, g.tg.product());
     const uint64_t chunk = std::max<uint64_t>(1, 16384 / per_group);
     mk_launch_fn launch = info_.launch;
+    std::mutex fault_lock;
+    std::string fault;
+    std::atomic<bool> failed{false};
+    const uint32_t seed = l.shuffle_seed;
     ThreadPool::instance().run(groups, chunk, [&](uint64_t first, uint64_t last) {
-      launch(&d, first, last, tg_arena());
+      if (failed.load(std::memory_order_relaxed)) return;
+      std::string why = run_trapped(launch, d, first, last, seed);
+      if (!why.empty()) {
+        std::lock_guard<std::mutex> lk(fault_lock);
+        if (!failed.exchange(true)) fault = std::move(why);
+      }
     });
     last_time_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (failed) throw KernelFault("kernel '" + spec_.name + "' (" + spec_.file + ":" + std::to_string(spec_.line) +
+                                  "): " + fault);
   }
 
  private:
@@ -106,7 +166,6 @@ class CpuKernel : public KernelImpl {
 class CpuLibrary : public LibraryImpl {
  public:
   explicit CpuLibrary(std::shared_ptr<Module> mod) : mod_(std::move(mod)) {
-    for (int i = 0; i < mod_->info->nkernels; ++i) kernels_[mod_->info->kernels[i].name] = nullptr;
   }
   std::vector<std::string> kernel_names() const override {
     std::vector<std::string> names;
@@ -137,6 +196,7 @@ std::shared_ptr<LibraryImpl> load_cpu_library(const std::string& path) {
   auto fn = reinterpret_cast<mk_module_fn>(dlsym(mod->handle, MK_MODULE_SYMBOL));
   if (!fn) throw std::runtime_error("compiled module " + path + " has no " MK_MODULE_SYMBOL);
   mod->info = fn();
+  if (auto set_rt = reinterpret_cast<mk_set_runtime_fn>(dlsym(mod->handle, MK_RUNTIME_SYMBOL))) set_rt(cpu_runtime());
   if (mod->info->abi_version != MK_ABI_VERSION)
     throw std::runtime_error("compiled module " + path + " was built for another metalkit version");
   return std::make_shared<CpuLibrary>(std::move(mod));

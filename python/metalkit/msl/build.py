@@ -78,11 +78,6 @@ def _compile(tc, source, filename, include_dirs, constants, fast_math, so: Path,
         except MslError as e:
             raise CompileError(e.msg, filename=e.file, lineno=e.line or None, offset=e.col or None,
                                text=source_line(e.file, e.line, source, filename), log=str(e)) from None
-        for k in result.kernels:
-            if k.needs_sync:
-                raise CompileError(f"kernel '{k.host_name}' uses {k.needs_sync}; the CPU backend does not yet run "
-                                   "kernels with barriers or SIMD-group functions", filename=k.file, lineno=k.line,
-                                   offset=1, text=source_line(k.file, k.line, source, filename))
         module = Path(tmp) / "module.cpp"
         module.write_text(result.text + "\n" + codegen.launchers(result.kernels))
         out = Path(tmp) / "module.so"

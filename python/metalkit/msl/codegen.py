@@ -69,7 +69,8 @@ def launchers(kernels: list[Kernel]) -> str:
         out.append(f"void __mk_launch{n}(const mk_dispatch* d, mk_u64 first, mk_u64 last, char* tg) {{")
         out.append("  (void)tg;")
         out.extend(binds)
-        out.append("  mk::run_groups(d, first, last, [&](const mk::thread_ids& t) __attribute__((always_inline)) {")
+        runner = "mk::run_groups_fibers" if k.needs_sync else "mk::run_groups"
+        out.append(f"  {runner}(d, first, last, [&](const mk::thread_ids& t) __attribute__((always_inline)) {{")
         out.append("    (void)t;")
         out.append(f"    {fp}({', '.join(call)});")
         out.append("  });")

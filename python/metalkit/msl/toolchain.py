@@ -52,8 +52,10 @@ class Toolchain:
             cmd = [self.path, "c++", "-nostdlib++"]       # zig targets the native CPU by default
         else:
             cmd = [self.path, "-march=native"]
+        # Stack-clash probes touch every page a large frame spans, so a thread
+        # that outgrows its fiber stack hits the guard page instead of leaping past it.
         cmd += LANGUAGE_FLAGS + ["-O2", "-fPIC", "-shared", "-fvisibility=hidden", "-w", "-I", INCLUDE_DIR,
-                                 "-fno-math-errno"]
+                                 "-fno-math-errno", "-fstack-clash-protection"]
         if fast_math:
             cmd.append("-ffast-math")
         return cmd + [source, "-o", output]

@@ -4,7 +4,9 @@
 #ifndef METALKIT_ABI_H
 #define METALKIT_ABI_H
 
-#define MK_ABI_VERSION 1
+// Constants are enumerators, not macros: a module's source is preprocessed
+// before its launchers are appended, so macros from here would be gone.
+enum { MK_ABI_VERSION = 2, MK_SIMD_SLOT = 256 };
 
 #ifdef __cplusplus
 extern "C" {
@@ -78,6 +80,41 @@ typedef struct mk_module_info {
 
 #define MK_MODULE_SYMBOL "metalkit_module"
 typedef const mk_module_info* (*mk_module_fn)(void);
+
+// ---- The runtime services a module calls back into (kernels with fibers) ----
+
+// What a SIMD-group rendezvous hands back to each thread: the values every
+// participating lane contributed, indexed by lane.
+typedef struct mk_simd_view {
+  const unsigned char* values;  // lane i's value at values + i * stride
+  unsigned stride;              // bytes per lane slot
+  unsigned active;              // bit i set: lane i took part
+  unsigned lane;                // the calling thread's lane
+  unsigned width;               // threads in this SIMD-group (the last one may be short)
+} mk_simd_view;
+
+// One fiber-run threadgroup: the module's per-thread entry, called once per
+// thread (linear index within the group) on its own fiber.
+typedef void (*mk_thread_fn)(void* ctx, unsigned thread_index);
+
+typedef struct mk_runtime {
+  int abi_version;
+  // Runs the threads of one threadgroup (at `position`, of `size` threads per
+  // dimension) as fibers until all return; fn gets each thread's linear index.
+  void (*run_group)(mk_thread_fn fn, void* ctx, const unsigned* position, const unsigned* size);
+  // threadgroup_barrier: every thread of the group must reach the same one.
+  void (*barrier)(const char* file, int line);
+  // simdgroup_barrier: the live threads of the caller's SIMD-group meet.
+  void (*simd_barrier)(const char* file, int line);
+  // Contributes `size` bytes (<= MK_SIMD_SLOT) and waits for the live lanes
+  // of the SIMD-group that reach the same call.
+  mk_simd_view (*simd_exchange)(const void* value, unsigned size, const char* file, int line);
+  // Reports a fault found by the module's own checks; does not return.
+  void (*fault)(const char* message, const char* file, int line);
+} mk_runtime;
+
+#define MK_RUNTIME_SYMBOL "metalkit_set_runtime"
+typedef void (*mk_set_runtime_fn)(const mk_runtime*);
 
 #ifdef __cplusplus
 }

@@ -9,14 +9,14 @@
 
 namespace metal {
 namespace __mk {
-// rt<U, X>: U, or an ext-vector of U with X's lane count.
-template <class U, class X> struct rt { typedef U type; };
-template <class U, class T, int N> struct rt<U, T __attribute__((ext_vector_type(N)))> {
+// rtype<U, X>: U, or an ext-vector of U with X's lane count.
+template <class U, class X> struct rtype { typedef U type; };
+template <class U, class T, int N> struct rtype<U, T __attribute__((ext_vector_type(N)))> {
   typedef U type __attribute__((ext_vector_type(N)));
 };
-template <class T, class X> __MK_F typename rt<T, X>::type cvt(X x) {
-  if constexpr (__is_same(typename rt<T, X>::type, T)) return (T)x;
-  else return __builtin_convertvector(x, typename rt<T, X>::type);
+template <class T, class X> __MK_F typename rtype<T, X>::type cvt(X x) {
+  if constexpr (__is_same(typename rtype<T, X>::type, T)) return (T)x;
+  else return __builtin_convertvector(x, typename rtype<T, X>::type);
 }
 template <class E> using uns = make_unsigned_t<E>;
 template <class E> constexpr unsigned width = sizeof(E) * 8;
@@ -100,7 +100,7 @@ template <class E, class X> __MK_F X extract_bits(X x, unsigned offset, unsigned
 }
 template <class E, class X> __MK_F X insert_bits(X base, X ins, unsigned offset, unsigned bits) {
   typedef uns<E> U;
-  typedef typename rt<U, X>::type UX;
+  typedef typename rtype<U, X>::type UX;
   if (bits == 0) return base;
   U field = bits >= width<E> ? (U)~(U)0 : (U)(((U)1 << bits) - 1);
   UX mask = (UX)(U)(field << offset);

@@ -4,7 +4,7 @@
 #ifndef METALKIT_LAUNCH_H
 #define METALKIT_LAUNCH_H
 // Appended to preprocessed source that already holds <metal_stdlib> (forced by -include).
-#include "abi.h"
+// abi.h arrives with <metal_stdlib> (runtime.h), already expanded above.
 
 namespace mk {
 
@@ -74,24 +74,30 @@ template <class P> inline __attribute__((always_inline)) P builtin(u3 v) {
 }
 template <class P> inline __attribute__((always_inline)) P builtin(unsigned v) { return P(v); }
 
+// The ids shared by every thread of group g; returns the group's (clipped) size.
+inline __attribute__((always_inline)) u3 group_ids(const mk_dispatch* d, mk_u64 g, thread_ids& t, u3& base) {
+  const unsigned gx = d->ngroups[0], gy = d->ngroups[1];
+  t.ngroups = {d->ngroups[0], d->ngroups[1], d->ngroups[2]};
+  t.grid = {d->grid[0], d->grid[1], d->grid[2]};
+  t.dispatch_group_size = {d->tg[0], d->tg[1], d->tg[2]};
+  t.group_pos = {unsigned(g % gx), unsigned((g / gx) % gy), unsigned(g / (mk_u64(gx) * gy))};
+  base = {t.group_pos.x * d->tg[0], t.group_pos.y * d->tg[1], t.group_pos.z * d->tg[2]};
+  // Edge groups of a non-uniform grid are clipped, as with dispatchThreads.
+  t.group_size = {d->grid[0] - base.x < d->tg[0] ? d->grid[0] - base.x : d->tg[0],
+                  d->grid[1] - base.y < d->tg[1] ? d->grid[1] - base.y : d->tg[1],
+                  d->grid[2] - base.z < d->tg[2] ? d->grid[2] - base.z : d->tg[2]};
+  return t.group_size;
+}
+
 // Runs every thread of threadgroups [first, last) as a plain loop; used for
 // kernels with no barrier and no SIMD-group function, so the compiler can
 // vectorise the innermost loop.
 template <class Body>
 inline __attribute__((always_inline)) void run_groups(const mk_dispatch* d, mk_u64 first, mk_u64 last, Body body) {
-  const unsigned gx = d->ngroups[0], gy = d->ngroups[1];
   for (mk_u64 g = first; g < last; ++g) {
     thread_ids t;
-    t.ngroups = {d->ngroups[0], d->ngroups[1], d->ngroups[2]};
-    t.grid = {d->grid[0], d->grid[1], d->grid[2]};
-    t.dispatch_group_size = {d->tg[0], d->tg[1], d->tg[2]};
-    t.group_pos = {unsigned(g % gx), unsigned((g / gx) % gy), unsigned(g / (mk_u64(gx) * gy))};
-    const u3 base = {t.group_pos.x * d->tg[0], t.group_pos.y * d->tg[1], t.group_pos.z * d->tg[2]};
-    // Edge groups of a non-uniform grid are clipped, as with dispatchThreads.
-    const u3 n = {d->grid[0] - base.x < d->tg[0] ? d->grid[0] - base.x : d->tg[0],
-                  d->grid[1] - base.y < d->tg[1] ? d->grid[1] - base.y : d->tg[1],
-                  d->grid[2] - base.z < d->tg[2] ? d->grid[2] - base.z : d->tg[2]};
-    t.group_size = n;
+    u3 base;
+    const u3 n = group_ids(d, g, t, base);
     for (unsigned z = 0; z < n.z; ++z)
       for (unsigned y = 0; y < n.y; ++y)
         for (unsigned x = 0; x < n.x; ++x) {
@@ -103,7 +109,37 @@ inline __attribute__((always_inline)) void run_groups(const mk_dispatch* d, mk_u
   }
 }
 
+template <class Body> struct fiber_group {
+  thread_ids t;
+  u3 base;
+  Body* body;
+};
+
+template <class Body> void fiber_thread(void* p, unsigned i) {
+  fiber_group<Body>& c = *static_cast<fiber_group<Body>*>(p);
+  thread_ids t = c.t;
+  const u3 n = t.group_size;
+  t.pos_in_group = {i % n.x, (i / n.x) % n.y, i / (n.x * n.y)};
+  t.pos_in_grid = {c.base.x + t.pos_in_group.x, c.base.y + t.pos_in_group.y, c.base.z + t.pos_in_group.z};
+  t.index_in_group = i;
+  (*c.body)(t);
+}
+
+// Runs each threadgroup's threads as fibers (kernels with barriers or
+// SIMD-group functions): the runtime schedules them.
+template <class Body> void run_groups_fibers(const mk_dispatch* d, mk_u64 first, mk_u64 last, Body body) {
+  for (mk_u64 g = first; g < last; ++g) {
+    fiber_group<Body> c;
+    c.body = &body;
+    const u3 n = group_ids(d, g, c.t, c.base);
+    const unsigned pos[3] = {c.t.group_pos.x, c.t.group_pos.y, c.t.group_pos.z}, size[3] = {n.x, n.y, n.z};
+    metal::__mk::rt->run_group(fiber_thread<Body>, &c, pos, size);
+  }
+}
+
 }  // namespace mk
 
 #define MK_EXPORT extern "C" __attribute__((visibility("default")))
+
+MK_EXPORT void metalkit_set_runtime(const mk_runtime* r) { metal::__mk::rt = r; }
 #endif

@@ -1,0 +1,82 @@
+// Built without _FORTIFY_SOURCE semantics for longjmp: the jump may cross from
+// a fiber stack or the signal stack back to the worker's own stack.
+#undef _FORTIFY_SOURCE
+#include "fault.h"
+
+#include <signal.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+
+
+namespace mk {
+namespace {
+
+struct sigaction previous_segv, previous_bus;
+
+void handler(int sig, siginfo_t* info, void* uctx) {
+  FaultTrap* trap = current_trap();
+  if (!trap || !trap->armed) {
+    // Not kernel code: hand the signal to whoever handled it before us.
+    const struct sigaction& prev = sig == SIGSEGV ? previous_segv : previous_bus;
+    if (prev.sa_flags & SA_SIGINFO) {
+      prev.sa_sigaction(sig, info, uctx);
+      return;
+    }
+    if (prev.sa_handler == SIG_IGN) return;
+    if (prev.sa_handler != SIG_DFL) {
+      prev.sa_handler(sig);
+      return;
+    }
+    signal(sig, SIG_DFL);
+    raise(sig);
+    return;
+  }
+  // Only async-signal-safe work here: the message is written after the jump.
+  trap->armed = false;
+  trap->signal = sig;
+  trap->address = reinterpret_cast<uintptr_t>(info->si_addr);
+  siglongjmp(trap->env, 1);
+}
+
+}  // namespace
+
+FaultTrap*& current_trap() {
+  static thread_local FaultTrap* trap = nullptr;
+  return trap;
+}
+
+void prepare_fault_handling() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    struct sigaction sa;
+    std::memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = handler;
+    sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_NODEFER;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGSEGV, &sa, &previous_segv);
+    sigaction(SIGBUS, &sa, &previous_bus);
+  });
+  static thread_local bool has_stack = false;
+  if (!has_stack) {
+    stack_t current;
+    if (sigaltstack(nullptr, &current) == 0 && (current.ss_flags & SS_DISABLE)) {
+      stack_t ss;
+      ss.ss_size = 64 * 1024;
+      ss.ss_sp = std::malloc(ss.ss_size);  // per thread, for the life of the thread
+      ss.ss_flags = 0;
+      if (ss.ss_sp) sigaltstack(&ss, nullptr);
+    }
+    has_stack = true;
+  }
+}
+
+void raise_fault(const std::string& message) {
+  FaultTrap* trap = current_trap();
+  trap->armed = false;
+  trap->message = message;
+  siglongjmp(trap->env, 1);
+}
+
+}  // namespace mk

@@ -1,0 +1,30 @@
+// Faults while a kernel runs: a memory fault (SIGSEGV/SIGBUS) in kernel code,
+// a fiber stack overflow, or a fault the runtime finds (divergent barrier).
+// Each worker arms a trap around the code it runs; a fault jumps back to it
+// and the dispatch raises KernelFault instead of taking the process down.
+#pragma once
+#include <csetjmp>
+#include <cstdint>
+#include <string>
+
+namespace mk {
+
+struct FaultTrap {
+  sigjmp_buf env;
+  std::string message;        // a runtime fault's text, set before the jump
+  int signal = 0;             // a memory fault: the signal and the address
+  uintptr_t address = 0;
+  bool armed = false;
+};
+
+// Installs the process-wide signal handlers once (chaining to any previous ones)
+// and gives this thread an alternate signal stack, so a stack overflow can be reported.
+void prepare_fault_handling();
+
+// The trap of the calling thread while it runs kernel code, or nullptr.
+FaultTrap*& current_trap();
+
+// Jumps to the current trap with `message`; must be called on a thread with an armed trap.
+[[noreturn]] void raise_fault(const std::string& message);
+
+}  // namespace mk

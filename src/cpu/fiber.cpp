@@ -1,0 +1,163 @@
+#include "fiber.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <new>
+
+namespace mk {
+
+#if defined(__APPLE__)
+#define MK_SYM(x) "_" #x
+#else
+#define MK_SYM(x) #x
+#endif
+
+#ifndef MK_FIBER_UCONTEXT
+extern "C" void mk_fiber_switch_asm(void** from_sp, void* to_sp);
+extern "C" void mk_fiber_trampoline();
+
+#if defined(__x86_64__)
+// System V: rbx, rbp, r12-r15 are callee-saved; the MXCSR and x87 control
+// words are too, and kernels never change them, so they are left alone.
+asm(R"(
+.text
+.globl )" MK_SYM(mk_fiber_switch_asm) R"(
+)" MK_SYM(mk_fiber_switch_asm) R"(:
+  pushq %rbp
+  pushq %rbx
+  pushq %r12
+  pushq %r13
+  pushq %r14
+  pushq %r15
+  movq %rsp, (%rdi)
+  movq %rsi, %rsp
+  popq %r15
+  popq %r14
+  popq %r13
+  popq %r12
+  popq %rbx
+  popq %rbp
+  ret
+.globl )" MK_SYM(mk_fiber_trampoline) R"(
+)" MK_SYM(mk_fiber_trampoline) R"(:
+  movq %r13, %rdi
+  callq *%r12
+  ud2
+)");
+#elif defined(__aarch64__)
+// AAPCS64: x19-x28, fp, lr and the low halves of v8-v15 are callee-saved.
+asm(R"(
+.text
+.globl )" MK_SYM(mk_fiber_switch_asm) R"(
+.p2align 2
+)" MK_SYM(mk_fiber_switch_asm) R"(:
+  sub sp, sp, #160
+  stp x19, x20, [sp, #0]
+  stp x21, x22, [sp, #16]
+  stp x23, x24, [sp, #32]
+  stp x25, x26, [sp, #48]
+  stp x27, x28, [sp, #64]
+  stp x29, x30, [sp, #80]
+  stp d8, d9, [sp, #96]
+  stp d10, d11, [sp, #112]
+  stp d12, d13, [sp, #128]
+  stp d14, d15, [sp, #144]
+  mov x2, sp
+  str x2, [x0]
+  mov sp, x1
+  ldp x19, x20, [sp, #0]
+  ldp x21, x22, [sp, #16]
+  ldp x23, x24, [sp, #32]
+  ldp x25, x26, [sp, #48]
+  ldp x27, x28, [sp, #64]
+  ldp x29, x30, [sp, #80]
+  ldp d8, d9, [sp, #96]
+  ldp d10, d11, [sp, #112]
+  ldp d12, d13, [sp, #128]
+  ldp d14, d15, [sp, #144]
+  add sp, sp, #160
+  ret
+.globl )" MK_SYM(mk_fiber_trampoline) R"(
+.p2align 2
+)" MK_SYM(mk_fiber_trampoline) R"(:
+  mov x0, x20
+  blr x19
+  brk #0
+)");
+#endif
+
+void fiber_init(FiberContext& ctx, void* stack_top, size_t, FiberEntry entry, void* arg) {
+  uintptr_t top = reinterpret_cast<uintptr_t>(stack_top) & ~uintptr_t(15);
+  void** sp = reinterpret_cast<void**>(top);
+#if defined(__x86_64__)
+  // After the six pops and `ret`, rsp is 16-byte aligned at the trampoline,
+  // whose `call` then gives entry the usual misaligned-by-8 frame.
+  *--sp = nullptr;  // keeps the alignment
+  *--sp = reinterpret_cast<void*>(&mk_fiber_trampoline);
+  *--sp = nullptr;                                   // rbp
+  *--sp = nullptr;                                   // rbx
+  *--sp = reinterpret_cast<void*>(entry);            // r12
+  *--sp = arg;                                       // r13
+  *--sp = nullptr;                                   // r14
+  *--sp = nullptr;                                   // r15
+#else
+  sp -= 20;  // the 160-byte frame the switch restores
+  for (int i = 0; i < 20; ++i) sp[i] = nullptr;
+  sp[0] = reinterpret_cast<void*>(entry);            // x19
+  sp[1] = arg;                                       // x20
+  sp[11] = reinterpret_cast<void*>(&mk_fiber_trampoline);  // x30 (lr)
+#endif
+  ctx.sp = sp;
+}
+
+void fiber_switch(FiberContext& from, FiberContext& to) { mk_fiber_switch_asm(&from.sp, to.sp); }
+
+#else  // ucontext
+
+void fiber_init(FiberContext& ctx, void* stack_top, size_t stack_bytes, FiberEntry entry, void* arg) {
+  getcontext(&ctx.uc);
+  ctx.uc.uc_stack.ss_sp = static_cast<char*>(stack_top) - stack_bytes;
+  ctx.uc.uc_stack.ss_size = stack_bytes;
+  ctx.uc.uc_link = nullptr;
+  // makecontext passes ints; split the pointers in two.
+  uintptr_t e = reinterpret_cast<uintptr_t>(entry), a = reinterpret_cast<uintptr_t>(arg);
+  makecontext(&ctx.uc, reinterpret_cast<void (*)()>(+[](unsigned e0, unsigned e1, unsigned a0, unsigned a1) {
+                reinterpret_cast<FiberEntry>((uintptr_t(e1) << 32) | e0)(reinterpret_cast<void*>((uintptr_t(a1) << 32) | a0));
+              }),
+              4, unsigned(e), unsigned(e >> 32), unsigned(a), unsigned(a >> 32));
+}
+
+void fiber_switch(FiberContext& from, FiberContext& to) { swapcontext(&from.uc, &to.uc); }
+
+#endif
+
+static size_t page_size() {
+  static const size_t p = size_t(sysconf(_SC_PAGESIZE));
+  return p;
+}
+
+FiberStacks::~FiberStacks() {
+  for (char* b : blocks_) munmap(b, page_size() + kStackBytes);
+}
+
+void* FiberStacks::top(size_t i) {
+  while (blocks_.size() <= i) {
+    size_t guard = page_size();
+    void* p = mmap(nullptr, guard + kStackBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) throw std::bad_alloc();
+    mprotect(p, guard, PROT_NONE);  // below the stack: an overflow faults here
+    blocks_.push_back(static_cast<char*>(p));
+  }
+  return blocks_[i] + page_size() + kStackBytes;
+}
+
+bool FiberStacks::in_guard(uintptr_t addr) const {
+  for (char* b : blocks_) {
+    uintptr_t lo = reinterpret_cast<uintptr_t>(b);
+    if (addr >= lo && addr < lo + page_size()) return true;
+  }
+  return false;
+}
+
+}  // namespace mk

@@ -1,0 +1,46 @@
+// Fibers: one per simulated GPU thread of a threadgroup that synchronises
+// (barriers, SIMD-group functions). A switch saves only callee-saved
+// registers, in assembly on x86-64 and arm64; ucontext elsewhere.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#if !(defined(__x86_64__) || defined(__aarch64__))
+#define MK_FIBER_UCONTEXT 1
+#include <ucontext.h>
+#endif
+
+namespace mk {
+
+struct FiberContext {
+#ifdef MK_FIBER_UCONTEXT
+  ucontext_t uc;
+#else
+  void* sp = nullptr;
+#endif
+};
+
+using FiberEntry = void (*)(void* arg);
+
+// Stacks for the fibers of one worker thread: mmap'd once, reused by every
+// group it runs, each with a guard page below it so an overflow faults.
+class FiberStacks {
+ public:
+  static constexpr size_t kStackBytes = size_t(256) << 10;
+  ~FiberStacks();
+  // Stack i (0-based), allocating more as needed. Returns its top and bottom.
+  void* top(size_t i);
+  // Whether addr lies in one of the guard pages.
+  bool in_guard(uintptr_t addr) const;
+
+ private:
+  std::vector<char*> blocks_;  // each: guard page + stack
+};
+
+// Prepares ctx to start running entry(arg) on the stack whose top is stack_top.
+void fiber_init(FiberContext& ctx, void* stack_top, size_t stack_bytes, FiberEntry entry, void* arg);
+// Saves the current context in from and resumes to.
+void fiber_switch(FiberContext& from, FiberContext& to);
+
+}  // namespace mk

@@ -1,0 +1,25 @@
+// Runs the threads of one threadgroup as fibers on the calling OS thread:
+// barriers and SIMD-group rendezvous are scheduling points. Implements the
+// mk_runtime services a compiled module calls.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "metalkit/abi.h"
+
+namespace mk {
+
+// The services handed to every loaded module.
+const mk_runtime* cpu_runtime();
+
+// Fibers run in index order, or in an order shuffled from this seed (not 0)
+// to expose missing barriers. Set per dispatch by the thread that runs it.
+void set_shuffle_seed(uint32_t seed);
+
+// After a fault's jump: the group that faulted, described for the message
+// ("threadgroup (1, 0, 0), thread 37 (5, 1, 0)", "" if no fibers ran), and
+// the scheduler made ready for the next group. addr: the faulting address, to
+// tell a fiber stack overflow from other memory faults.
+std::string abandon_group(uintptr_t addr, bool* stack_overflow);
+
+}  // namespace mk
