@@ -93,7 +93,6 @@ void fiber_init(FiberContext& ctx, void* stack_top, size_t, FiberEntry entry, vo
 #if defined(__x86_64__)
   // After the six pops and `ret`, rsp is 16-byte aligned at the trampoline,
   // whose `call` then gives entry the usual misaligned-by-8 frame.
-  *--sp = nullptr;  // keeps the alignment
   *--sp = reinterpret_cast<void*>(&mk_fiber_trampoline);
   *--sp = nullptr;                                   // rbp
   *--sp = nullptr;                                   // rbx

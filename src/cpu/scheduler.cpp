@@ -34,6 +34,7 @@ struct Group {
   void* ctx = nullptr;
   unsigned pos[3] = {0, 0, 0}, size[3] = {1, 1, 1};
   unsigned n = 0, current = 0, live = 0;
+  unsigned k = 0;                 // position of `current` in `order` this round
   bool running = false;
   uint32_t shuffle_seed = 0;
   std::string fault;              // set by a fiber that asks the scheduler to raise a fault
@@ -44,13 +45,28 @@ Group& group() {
   return g;
 }
 
+// Leaves the running fiber for the next ready one this round, or for the
+// scheduler when none is left: one switch per blocked thread, not two.
+void yield_from(Group& g, Fiber& f) {
+  for (unsigned j = g.k + 1; j < g.n; ++j) {
+    unsigned next = g.order[j];
+    if (g.fibers[next].state == State::Ready) {
+      g.k = j;
+      g.current = next;
+      fiber_switch(f.ctx, g.fibers[next].ctx);
+      return;
+    }
+  }
+  fiber_switch(f.ctx, g.main);
+}
+
 void fiber_main(void* arg) {
   Group& g = group();
   unsigned i = unsigned(reinterpret_cast<uintptr_t>(arg));
   g.fn(g.ctx, i);
   g.fibers[i].state = State::Done;
   --g.live;
-  fiber_switch(g.fibers[i].ctx, g.main);
+  yield_from(g, g.fibers[i]);
 }
 
 std::string where(const char* file, int line) { return std::string(file ? file : "?") + ":" + std::to_string(line); }
@@ -84,7 +100,7 @@ void block(State s, const char* file, int line) {
   f.state = s;
   f.file = file;
   f.line = line;
-  fiber_switch(f.ctx, g.main);
+  yield_from(g, f);
 }
 
 // Completes one SIMD rendezvous in SIMD-group sg if all its live threads wait; returns whether it did.
@@ -187,14 +203,16 @@ void run_group(mk_thread_fn fn, void* ctx, const unsigned* position, const unsig
   uint64_t round = 0;
   while (g.live > 0) {
     shuffle_order(g, round++);
-    for (unsigned i : g.order) {
-      if (g.fibers[i].state != State::Ready) continue;
-      g.current = i;
-      fiber_switch(g.main, g.fibers[i].ctx);
-      if (!g.fault.empty()) {
-        g.running = false;
-        raise_fault(g.fault);
-      }
+    for (unsigned j = 0; j < nthreads; ++j) {
+      if (g.fibers[g.order[j]].state != State::Ready) continue;
+      g.k = j;
+      g.current = g.order[j];
+      fiber_switch(g.main, g.fibers[g.current].ctx);  // runs the round's ready fibers in turn
+      break;
+    }
+    if (!g.fault.empty()) {
+      g.running = false;
+      raise_fault(g.fault);
     }
     if (g.live == 0) break;
     bool progressed = false;

@@ -41,7 +41,7 @@ BUILTINS = {
 }
 SPACES = {"device": 1, "constant": 2, "threadgroup": 3, "thread": 4}
 # Functions that make the threads of a group depend on one another.
-SYNC_FUNCTIONS = ("threadgroup_barrier", "simdgroup_barrier", "simd_", "quad_")
+SYNC_FUNCTIONS = ("threadgroup_barrier", "simdgroup_", "simd_", "quad_", "make_filled_simdgroup_matrix")
 UNSUPPORTED_PARAM_ATTRS = {"stage_in", "texture", "sampler", "payload", "imageblock_data",
                            "color", "raster_order_group", "indirect_buffer"}
 

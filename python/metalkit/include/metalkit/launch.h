@@ -42,6 +42,8 @@ MK_CODE(unsigned long long, MK_T_U64) MK_CODE(_Float16, MK_T_F16) MK_CODE(__bf16
 #undef MK_CODE
 template <class T, int N> struct code<metal::vec<T, N>> { static constexpr int value = code<T>::value; static constexpr int width = N; };
 template <class T, int N> struct code<metal::packed_vec<T, N>> { static constexpr int value = code<T>::value; static constexpr int width = N; };
+// An atomic<T> in a buffer is a T to the caller: numpy passes plain ints/floats.
+template <class T> struct code<metal::atomic<T>> { static constexpr int value = code<T>::value; static constexpr int width = 1; };
 
 template <class P> constexpr mk_arg_info describe(const char* name, const char* decl, const char* builtin,
                                                   int index, int kind, int space) {
