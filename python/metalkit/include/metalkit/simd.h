@@ -1,0 +1,456 @@
+// SIMD-group and quad-group functions (<metal_simdgroup>), written from the
+// MSL specification's tables of SIMD-group and quad-group functions.
+//
+// Every function is a rendezvous of the SIMD-group built on the one runtime
+// primitive, rt->simd_exchange: each live lane of the SIMD-group that reaches
+// the same call site contributes its value and gets a view of all of them;
+// each lane then computes its own result from that view. Semantics, with the
+// choices made where Apple's GPUs leave them open:
+// - reductions and prefix operations cover active lanes only (lanes that
+//   returned early, lanes past the end of a short last SIMD-group, lanes that
+//   diverged elsewhere), folded in lane order, in the element type (half sums
+//   round after every addition); exclusive prefixes give 0 (sum) / 1 (product)
+//   in the first active lane;
+// - reading a lane that is inactive or out of range (shuffle_down's upper
+//   delta lanes, shuffle_up's lower ones, a lane id >= 32) gives the caller's
+//   own value, which is what the spec says for shuffle_up/down;
+// - rotations and shuffle_and_fill without a modulo work on all 32 lanes
+//   (a short SIMD-group's missing lanes read as above);
+// - integer sums and products wrap; min/max of floating types ignore a NaN
+//   operand (like fmin/fmax);
+// - simd_vote::all()/any() look at the lanes that were active at the ballot.
+// A quad is 4 consecutive lanes (lane & ~3 .. +3); quad functions read only
+// their quad's slots of the same exchange.
+//
+// Types: scalars and vectors of char, uchar, short, ushort, int, uint, long,
+// ulong, half, bfloat, float (no bool, as in MSL: ballot/all/any take bool);
+// simd_and/or/xor take integers only.
+#pragma once
+#pragma clang system_header
+#include "runtime.h"
+#include "vec.h"
+
+namespace metal {
+namespace __mk {
+template <class T> struct sg_type {
+  static constexpr bool num = is_int<T> || is_fp<T>;
+  static constexpr bool integral = is_int<T>;
+};
+template <class T, int N> struct sg_type<vec<T, N>> : sg_type<T> {};
+
+#define __MK_SG_NUM(T, fn)                                                     \
+  static_assert(__mk::sg_type<T>::num, fn ": the value must be a scalar or vector of an integer, half, bfloat or float type")
+// MSL has no bool shuffles or broadcasts (code for Apple GPUs converts to ushort).
+#define __MK_SG_MOVE(T, fn)                                                    \
+  static_assert(__mk::sg_type<T>::num, fn ": the value must be a scalar or vector of an integer, half, bfloat or "  \
+                                          "float type (MSL has no bool form: convert to ushort and back)")
+#define __MK_SG_INT(T, fn)                                                     \
+  static_assert(__mk::sg_type<T>::integral, fn ": the value must be a scalar or vector of an integer type")
+
+// The result of one rendezvous, as the calling lane sees it.
+struct sg_view {
+  mk_simd_view w;
+  __MK_F unsigned lane() const { return w.lane; }
+  __MK_F unsigned active() const { return w.active; }
+  __MK_F bool on(unsigned i) const { return i < 32u && ((w.active >> i) & 1u); }
+  template <class T> __MK_F T get(unsigned i) const {
+    T r;
+    __builtin_memcpy((void *)&r, w.values + i * w.stride, sizeof(T));
+    return r;
+  }
+  // Lane src's value, or own if src is not an active lane (undefined on a GPU).
+  template <class T> __MK_F T read(unsigned src, const T &own) const { return on(src) ? get<T>(src) : own; }
+};
+
+template <class T> __MK_F sg_view sg_exchange(const T &v, site s) {
+  static_assert(sizeof(T) <= MK_SIMD_SLOT, "SIMD-group value too large");
+  return sg_view{rt->simd_exchange((const void *)&v, sizeof(T), s.file, s.line)};
+}
+__MK_F sg_view sg_exchange(site s) { return sg_view{rt->simd_exchange(nullptr, 0, s.file, s.line)}; }
+
+template <class T> struct sg_pair {
+  T data, fill;
+};
+
+// Element-wise binary operations (vectors lane by lane).
+template <class T, class F> __MK_F T ew(const T &a, const T &b, F f) {
+  if constexpr (vinfo<T>::is_vec) {
+    T r;
+    for (int i = 0; i < vinfo<T>::n; ++i) r[i] = f(a[i], b[i]);
+    return r;
+  } else {
+    return f(a, b);
+  }
+}
+// Integer sums and products wrap (as on the GPU), computed unsigned so C++
+// signed overflow never happens.
+template <class E> using wrap_t = conditional_t<(sizeof(E) > 4), ulong, uint>;
+struct op_sum {
+  template <class T> __MK_F T operator()(const T &a, const T &b) const {
+    return ew(a, b, [](auto x, auto y) {
+      typedef decltype(x) E;
+      if constexpr (is_int<E>) return E(wrap_t<E>(x) + wrap_t<E>(y));
+      else return E(x + y);
+    });
+  }
+};
+struct op_product {
+  template <class T> __MK_F T operator()(const T &a, const T &b) const {
+    return ew(a, b, [](auto x, auto y) {
+      typedef decltype(x) E;
+      if constexpr (is_int<E>) return E(wrap_t<E>(x) * wrap_t<E>(y));
+      else return E(x * y);
+    });
+  }
+};
+struct op_and {
+  template <class T> __MK_F T operator()(const T &a, const T &b) const { return T(a & b); }
+};
+struct op_or {
+  template <class T> __MK_F T operator()(const T &a, const T &b) const { return T(a | b); }
+};
+struct op_xor {
+  template <class T> __MK_F T operator()(const T &a, const T &b) const { return T(a ^ b); }
+};
+struct op_min {
+  template <class T> __MK_F T operator()(const T &a, const T &b) const {
+    return ew(a, b, [](auto x, auto y) { return (y < x || x != x) ? y : x; });
+  }
+};
+struct op_max {
+  template <class T> __MK_F T operator()(const T &a, const T &b) const {
+    return ew(a, b, [](auto x, auto y) { return (x < y || x != x) ? y : x; });
+  }
+};
+
+// Folds the values of the lanes in mask, in lane order; empty gives init.
+template <class T, class Op> __MK_F T sg_fold(const sg_view &v, unsigned mask, const T &init, Op op) {
+  if (!mask) return init;
+  T r = v.get<T>(unsigned(__builtin_ctz(mask)));
+  for (mask &= mask - 1; mask; mask &= mask - 1) r = op(r, v.get<T>(unsigned(__builtin_ctz(mask))));
+  return r;
+}
+
+// Lanes of the caller's scope: the whole SIMD-group, or its quad.
+__MK_F unsigned scope_mask(unsigned lane, bool quad) { return quad ? 0xFu << (lane & ~3u) : 0xFFFFFFFFu; }
+// Scope lanes up to and including the caller (inclusive) or before it.
+__MK_F unsigned upto(unsigned lane, bool inclusive) { return inclusive ? (2u << lane) - 1u : (1u << lane) - 1u; }
+
+template <class Op, bool Quad, class T> __MK_F T sg_reduce(const T &x, site s) {
+  sg_view v = sg_exchange(x, s);
+  return sg_fold(v, v.active() & scope_mask(v.lane(), Quad), x, Op());
+}
+template <class Op, bool Quad, bool Inclusive, int Identity, class T> __MK_F T sg_prefix(const T &x, site s) {
+  sg_view v = sg_exchange(x, s);
+  unsigned m = v.active() & scope_mask(v.lane(), Quad) & upto(v.lane(), Inclusive);
+  return sg_fold(v, m, T(Identity), Op());
+}
+
+// Data movement. `Quad`: lane ids are quad lane ids within the caller's quad.
+enum class mv { index, x0r, up, down, rot_up, rot_down };
+template <bool Quad, mv K, class T> __MK_F T sg_move(const T &x, unsigned arg, site s) {
+  sg_view v = sg_exchange(x, s);
+  const unsigned n = Quad ? 4u : 32u, l = v.lane() & (n - 1u), base = v.lane() - l;
+  unsigned src; // position within the scope; >= n means "none"
+  switch (K) {
+  case mv::index: src = arg; break;
+  case mv::x0r: src = l ^ arg; break;
+  case mv::up: src = arg <= l ? l - arg : n; break;
+  case mv::down: src = l + arg; break;
+  case mv::rot_up: src = (l + n - (arg & (n - 1u))) & (n - 1u); break;
+  default: src = (l + arg) & (n - 1u); break;
+  }
+  return src < n ? v.read(base + src, x) : x;
+}
+// shuffle_and_fill: vectors of `modulo` lanes; lanes shifted past a vector's
+// end take filling_data from the other end of the same vector.
+template <bool Quad, bool Up, class T>
+__MK_F T sg_fill(const T &data, const T &fill, unsigned delta, unsigned modulo, site s) {
+  sg_view v = sg_exchange(sg_pair<T>{data, fill}, s);
+  const unsigned n = Quad ? 4u : 32u, l = v.lane() & (n - 1u);
+  const unsigned m = modulo && modulo <= n ? modulo : n;
+  const unsigned j = l % m, vbase = v.lane() - j;
+  bool from_fill;
+  unsigned src;
+  if (Up) {
+    from_fill = j < delta;
+    src = from_fill ? (j + m - delta % m) % m : j - delta;
+  } else {
+    from_fill = j + delta >= m;
+    src = (j + delta) % m;
+  }
+  if (!v.on(vbase + src)) return data;
+  sg_pair<T> p = v.get<sg_pair<T>>(vbase + src);
+  return from_fill ? p.fill : p.data;
+}
+} // namespace __mk
+
+// ---- ballots -------------------------------------------------------------
+
+// A ballot of the SIMD-group: bit i is lane i's expr (0 for inactive lanes).
+// The lanes that were active at the ballot are kept in the upper 32 bits of
+// the storage (SIMD width is 32) so all() and any() can look only at them;
+// conversion to vote_t gives the ballot bits alone.
+class simd_vote {
+public:
+  typedef ulong vote_t;
+  explicit constexpr simd_vote(vote_t v = 0) : __bits((v & 0xFFFFFFFFul) | 0xFFFFFFFF00000000ul) {}
+  explicit constexpr operator vote_t() const { return __bits & 0xFFFFFFFFul; }
+  // True if expr was true in every lane active at the ballot.
+  constexpr bool all() const { return (__bits & (__bits >> 32)) == (__bits >> 32); }
+  // True if expr was true in some active lane.
+  constexpr bool any() const { return (__bits & (__bits >> 32) & 0xFFFFFFFFul) != 0; }
+  static constexpr simd_vote __make(unsigned bits, unsigned active) {
+    simd_vote r;
+    r.__bits = ulong(bits & active) | (ulong(active) << 32);
+    return r;
+  }
+
+private:
+  vote_t __bits;
+};
+
+// A ballot of the caller's quad: bit i is quad lane i's expr.
+class quad_vote {
+public:
+  typedef ushort vote_t;
+  explicit constexpr quad_vote(vote_t v = 0) : __bits(ushort((v & 0xFu) | 0xF0u)) {}
+  explicit constexpr operator vote_t() const { return vote_t(__bits & 0xFu); }
+  constexpr bool all() const { return ((__bits & (__bits >> 4)) & 0xFu) == ((__bits >> 4) & 0xFu); }
+  constexpr bool any() const { return (__bits & (__bits >> 4) & 0xFu) != 0; }
+  static constexpr quad_vote __make(unsigned bits, unsigned active) {
+    quad_vote r;
+    r.__bits = ushort((bits & active & 0xFu) | ((active & 0xFu) << 4));
+    return r;
+  }
+
+private:
+  vote_t __bits;
+};
+
+namespace __mk {
+// Bits of the lanes (of the scope) whose expr is true, and the active ones,
+// shifted so the scope's first lane is bit 0.
+struct sg_votes {
+  unsigned bits, active, lane;
+};
+template <bool Quad> __MK_F sg_votes sg_ballot(bool expr, site s) {
+  sg_view v = sg_exchange(expr, s);
+  unsigned bits = 0;
+  for (unsigned m = v.active(); m; m &= m - 1) {
+    unsigned i = unsigned(__builtin_ctz(m));
+    bits |= unsigned(v.get<bool>(i)) << i;
+  }
+  unsigned act = v.active();
+  if (Quad) {
+    unsigned sh = v.lane() & ~3u;
+    return {(bits >> sh) & 0xFu, (act >> sh) & 0xFu, v.lane() & 3u};
+  }
+  return {bits, act, v.lane()};
+}
+} // namespace __mk
+
+// ---- SIMD-group functions --------------------------------------------------
+
+__MK_F simd_vote simd_ballot(bool expr, __mk::site s = __mk::site::here()) {
+  __mk::sg_votes b = __mk::sg_ballot<false>(expr, s);
+  return simd_vote::__make(b.bits, b.active);
+}
+__MK_F simd_vote simd_active_threads_mask(__mk::site s = __mk::site::here()) {
+  __mk::sg_view v = __mk::sg_exchange(s);
+  return simd_vote::__make(v.active(), v.active());
+}
+__MK_F bool simd_all(bool expr, __mk::site s = __mk::site::here()) {
+  __mk::sg_votes b = __mk::sg_ballot<false>(expr, s);
+  return b.bits == b.active;
+}
+__MK_F bool simd_any(bool expr, __mk::site s = __mk::site::here()) {
+  return __mk::sg_ballot<false>(expr, s).bits != 0;
+}
+__MK_F bool simd_is_first(__mk::site s = __mk::site::here()) {
+  __mk::sg_view v = __mk::sg_exchange(s);
+  return v.lane() == unsigned(__builtin_ctz(v.active()));
+}
+// Helper threads exist only in fragment functions.
+__MK_F bool simd_is_helper_thread() { return false; }
+
+template <class T> __MK_F T simd_broadcast(T data, ushort broadcast_lane_id, __mk::site s = __mk::site::here()) {
+  __MK_SG_MOVE(T, "simd_broadcast");
+  return __mk::sg_move<false, __mk::mv::index>(data, broadcast_lane_id, s);
+}
+template <class T> __MK_F T simd_broadcast_first(T data, __mk::site s = __mk::site::here()) {
+  __MK_SG_MOVE(T, "simd_broadcast_first");
+  __mk::sg_view v = __mk::sg_exchange(data, s);
+  return v.get<T>(unsigned(__builtin_ctz(v.active())));
+}
+template <class T> __MK_F T simd_shuffle(T data, ushort simd_lane_id, __mk::site s = __mk::site::here()) {
+  __MK_SG_MOVE(T, "simd_shuffle");
+  return __mk::sg_move<false, __mk::mv::index>(data, simd_lane_id, s);
+}
+template <class T> __MK_F T simd_shuffle_xor(T data, ushort mask, __mk::site s = __mk::site::here()) {
+  __MK_SG_MOVE(T, "simd_shuffle_xor");
+  return __mk::sg_move<false, __mk::mv::x0r>(data, mask, s);
+}
+template <class T> __MK_F T simd_shuffle_up(T data, ushort delta, __mk::site s = __mk::site::here()) {
+  __MK_SG_MOVE(T, "simd_shuffle_up");
+  return __mk::sg_move<false, __mk::mv::up>(data, delta, s);
+}
+template <class T> __MK_F T simd_shuffle_down(T data, ushort delta, __mk::site s = __mk::site::here()) {
+  __MK_SG_MOVE(T, "simd_shuffle_down");
+  return __mk::sg_move<false, __mk::mv::down>(data, delta, s);
+}
+template <class T> __MK_F T simd_shuffle_rotate_up(T data, ushort delta, __mk::site s = __mk::site::here()) {
+  __MK_SG_MOVE(T, "simd_shuffle_rotate_up");
+  return __mk::sg_move<false, __mk::mv::rot_up>(data, delta, s);
+}
+template <class T> __MK_F T simd_shuffle_rotate_down(T data, ushort delta, __mk::site s = __mk::site::here()) {
+  __MK_SG_MOVE(T, "simd_shuffle_rotate_down");
+  return __mk::sg_move<false, __mk::mv::rot_down>(data, delta, s);
+}
+template <class T>
+__MK_F T simd_shuffle_and_fill_up(T data, __mk::ident<T> filling_data, ushort delta,
+                                  __mk::site s = __mk::site::here()) {
+  __MK_SG_MOVE(T, "simd_shuffle_and_fill_up");
+  return __mk::sg_fill<false, true>(data, filling_data, delta, 32u, s);
+}
+template <class T>
+__MK_F T simd_shuffle_and_fill_up(T data, __mk::ident<T> filling_data, ushort delta, ushort modulo,
+                                  __mk::site s = __mk::site::here()) {
+  __MK_SG_MOVE(T, "simd_shuffle_and_fill_up");
+  return __mk::sg_fill<false, true>(data, filling_data, delta, modulo, s);
+}
+template <class T>
+__MK_F T simd_shuffle_and_fill_down(T data, __mk::ident<T> filling_data, ushort delta,
+                                    __mk::site s = __mk::site::here()) {
+  __MK_SG_MOVE(T, "simd_shuffle_and_fill_down");
+  return __mk::sg_fill<false, false>(data, filling_data, delta, 32u, s);
+}
+template <class T>
+__MK_F T simd_shuffle_and_fill_down(T data, __mk::ident<T> filling_data, ushort delta, ushort modulo,
+                                    __mk::site s = __mk::site::here()) {
+  __MK_SG_MOVE(T, "simd_shuffle_and_fill_down");
+  return __mk::sg_fill<false, false>(data, filling_data, delta, modulo, s);
+}
+
+#define __MK_SG_RED(name, op, check, quad)                                     \
+  template <class T> __MK_F T name(T data, __mk::site s = __mk::site::here()) { \
+    check(T, #name);                                                           \
+    return __mk::sg_reduce<__mk::op, quad>(data, s);                           \
+  }
+#define __MK_SG_PRE(name, op, inclusive, identity, quad)                       \
+  template <class T> __MK_F T name(T data, __mk::site s = __mk::site::here()) { \
+    __MK_SG_NUM(T, #name);                                                     \
+    return __mk::sg_prefix<__mk::op, quad, inclusive, identity>(data, s);      \
+  }
+__MK_SG_RED(simd_sum, op_sum, __MK_SG_NUM, false)
+__MK_SG_RED(simd_product, op_product, __MK_SG_NUM, false)
+__MK_SG_RED(simd_min, op_min, __MK_SG_NUM, false)
+__MK_SG_RED(simd_max, op_max, __MK_SG_NUM, false)
+__MK_SG_RED(simd_and, op_and, __MK_SG_INT, false)
+__MK_SG_RED(simd_or, op_or, __MK_SG_INT, false)
+__MK_SG_RED(simd_xor, op_xor, __MK_SG_INT, false)
+__MK_SG_PRE(simd_prefix_inclusive_sum, op_sum, true, 0, false)
+__MK_SG_PRE(simd_prefix_inclusive_product, op_product, true, 1, false)
+__MK_SG_PRE(simd_prefix_exclusive_sum, op_sum, false, 0, false)
+__MK_SG_PRE(simd_prefix_exclusive_product, op_product, false, 1, false)
+
+// ---- quad-group functions --------------------------------------------------
+
+__MK_F quad_vote quad_ballot(bool expr, __mk::site s = __mk::site::here()) {
+  __mk::sg_votes b = __mk::sg_ballot<true>(expr, s);
+  return quad_vote::__make(b.bits, b.active);
+}
+__MK_F quad_vote quad_active_threads_mask(__mk::site s = __mk::site::here()) {
+  __mk::sg_votes b = __mk::sg_ballot<true>(true, s);
+  return quad_vote::__make(b.active, b.active);
+}
+__MK_F bool quad_all(bool expr, __mk::site s = __mk::site::here()) {
+  __mk::sg_votes b = __mk::sg_ballot<true>(expr, s);
+  return b.bits == b.active;
+}
+__MK_F bool quad_any(bool expr, __mk::site s = __mk::site::here()) {
+  return __mk::sg_ballot<true>(expr, s).bits != 0;
+}
+__MK_F bool quad_is_first(__mk::site s = __mk::site::here()) {
+  __mk::sg_votes b = __mk::sg_ballot<true>(true, s);
+  return b.lane == unsigned(__builtin_ctz(b.active));
+}
+__MK_F bool quad_is_helper_thread() { return false; }
+
+template <class T> __MK_F T quad_broadcast(T data, ushort broadcast_lane_id, __mk::site s = __mk::site::here()) {
+  __MK_SG_MOVE(T, "quad_broadcast");
+  return __mk::sg_move<true, __mk::mv::index>(data, broadcast_lane_id, s);
+}
+template <class T> __MK_F T quad_broadcast_first(T data, __mk::site s = __mk::site::here()) {
+  __MK_SG_MOVE(T, "quad_broadcast_first");
+  __mk::sg_view v = __mk::sg_exchange(data, s);
+  unsigned q = v.active() & __mk::scope_mask(v.lane(), true);
+  return v.get<T>(unsigned(__builtin_ctz(q)));
+}
+template <class T> __MK_F T quad_shuffle(T data, ushort quad_lane_id, __mk::site s = __mk::site::here()) {
+  __MK_SG_MOVE(T, "quad_shuffle");
+  return __mk::sg_move<true, __mk::mv::index>(data, quad_lane_id, s);
+}
+template <class T> __MK_F T quad_shuffle_xor(T data, ushort mask, __mk::site s = __mk::site::here()) {
+  __MK_SG_MOVE(T, "quad_shuffle_xor");
+  return __mk::sg_move<true, __mk::mv::x0r>(data, mask, s);
+}
+template <class T> __MK_F T quad_shuffle_up(T data, ushort delta, __mk::site s = __mk::site::here()) {
+  __MK_SG_MOVE(T, "quad_shuffle_up");
+  return __mk::sg_move<true, __mk::mv::up>(data, delta, s);
+}
+template <class T> __MK_F T quad_shuffle_down(T data, ushort delta, __mk::site s = __mk::site::here()) {
+  __MK_SG_MOVE(T, "quad_shuffle_down");
+  return __mk::sg_move<true, __mk::mv::down>(data, delta, s);
+}
+template <class T> __MK_F T quad_shuffle_rotate_up(T data, ushort delta, __mk::site s = __mk::site::here()) {
+  __MK_SG_MOVE(T, "quad_shuffle_rotate_up");
+  return __mk::sg_move<true, __mk::mv::rot_up>(data, delta, s);
+}
+template <class T> __MK_F T quad_shuffle_rotate_down(T data, ushort delta, __mk::site s = __mk::site::here()) {
+  __MK_SG_MOVE(T, "quad_shuffle_rotate_down");
+  return __mk::sg_move<true, __mk::mv::rot_down>(data, delta, s);
+}
+template <class T>
+__MK_F T quad_shuffle_and_fill_up(T data, __mk::ident<T> filling_data, ushort delta,
+                                  __mk::site s = __mk::site::here()) {
+  __MK_SG_MOVE(T, "quad_shuffle_and_fill_up");
+  return __mk::sg_fill<true, true>(data, filling_data, delta, 4u, s);
+}
+template <class T>
+__MK_F T quad_shuffle_and_fill_up(T data, __mk::ident<T> filling_data, ushort delta, ushort modulo,
+                                  __mk::site s = __mk::site::here()) {
+  __MK_SG_MOVE(T, "quad_shuffle_and_fill_up");
+  return __mk::sg_fill<true, true>(data, filling_data, delta, modulo, s);
+}
+template <class T>
+__MK_F T quad_shuffle_and_fill_down(T data, __mk::ident<T> filling_data, ushort delta,
+                                    __mk::site s = __mk::site::here()) {
+  __MK_SG_MOVE(T, "quad_shuffle_and_fill_down");
+  return __mk::sg_fill<true, false>(data, filling_data, delta, 4u, s);
+}
+template <class T>
+__MK_F T quad_shuffle_and_fill_down(T data, __mk::ident<T> filling_data, ushort delta, ushort modulo,
+                                    __mk::site s = __mk::site::here()) {
+  __MK_SG_MOVE(T, "quad_shuffle_and_fill_down");
+  return __mk::sg_fill<true, false>(data, filling_data, delta, modulo, s);
+}
+
+__MK_SG_RED(quad_sum, op_sum, __MK_SG_NUM, true)
+__MK_SG_RED(quad_product, op_product, __MK_SG_NUM, true)
+__MK_SG_RED(quad_min, op_min, __MK_SG_NUM, true)
+__MK_SG_RED(quad_max, op_max, __MK_SG_NUM, true)
+__MK_SG_RED(quad_and, op_and, __MK_SG_INT, true)
+__MK_SG_RED(quad_or, op_or, __MK_SG_INT, true)
+__MK_SG_RED(quad_xor, op_xor, __MK_SG_INT, true)
+__MK_SG_PRE(quad_prefix_inclusive_sum, op_sum, true, 0, true)
+__MK_SG_PRE(quad_prefix_inclusive_product, op_product, true, 1, true)
+__MK_SG_PRE(quad_prefix_exclusive_sum, op_sum, false, 0, true)
+__MK_SG_PRE(quad_prefix_exclusive_product, op_product, false, 1, true)
+
+#undef __MK_SG_RED
+#undef __MK_SG_PRE
+#undef __MK_SG_NUM
+#undef __MK_SG_MOVE
+#undef __MK_SG_INT
+} // namespace metal
