@@ -90,5 +90,5 @@ def test_kernel_repr_and_properties(device):
     assert k.name == "k" and "device float* x" in repr(k)
     x = np.zeros(10, np.float32)
     k(x)
-    assert k.last_time > 0 and k.uses_barriers is False
+    assert k.last_gpu_time > 0 and k.uses_barriers is False
     assert os.path.basename(k.location[0]) == "<source>"

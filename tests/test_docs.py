@@ -17,6 +17,6 @@ def test_docstring_examples(name):
 
 def test_every_public_function_has_an_example():
     import metalkit
-    missing = [n for n in ["compile", "load", "run", "kernels", "empty", "zeros", "asarray", "device", "use"]
+    missing = [n for n in ["compile", "load", "run", "kernels", "empty", "zeros", "asarray", "device", "use", "batch"]
                if ">>>" not in (getattr(metalkit, n).__doc__ or "")]
     assert missing == []

@@ -1,4 +1,5 @@
 """Type stubs for metalkit's compiled core (``metalkit._core``)."""
+from types import TracebackType
 from typing import Any, Mapping, Optional, Sequence, Union
 
 from ._argspec import ArgSpec
@@ -13,7 +14,8 @@ class Buffer:
 def allocate(nbytes: int) -> Buffer: ...
 
 class Kernel:
-    """A compute kernel. Calling it binds arguments, dispatches and waits."""
+    """A compute kernel. Calling it binds arguments, dispatches and waits
+    (inside ``metalkit.batch()``: checks the arguments and queues the call)."""
     def __call__(self, *args: Any, grid: Optional[_Dims] = None, threadgroup: Optional[_Dims] = None,
                  threadgroup_memory: Optional[Mapping[int, int]] = None) -> None: ...
     @property
@@ -27,12 +29,30 @@ class Kernel:
     @property
     def uses_barriers(self) -> bool: ...
     @property
-    def last_time(self) -> float:
-        """Seconds the last dispatch took (wall time on the CPU, GPU time on Metal)."""
+    def last_gpu_time(self) -> float:
+        """Seconds of GPU time the kernel's last call took. On the CPU simulator this is
+        the wall time of the call. A call queued in ``metalkit.batch()`` on the GPU reports
+        the time of the batch's whole command buffer. Safe to read from any thread."""
     @property
     def signature(self) -> str: ...
     @property
     def location(self) -> tuple[str, int]: ...
+
+class Batch:
+    """What ``metalkit.batch()`` returns: a context manager that queues the kernel calls
+    made in its block and waits for them once, at its end. Nested blocks share one batch."""
+    def __enter__(self) -> Batch: ...
+    def __exit__(self, exc_type: Optional[type[BaseException]], exc: Optional[BaseException],
+                 tb: Optional[TracebackType]) -> bool: ...
+    @property
+    def gpu_time(self) -> float:
+        """Seconds of GPU time the batch's calls took (the CPU simulator: their wall time)."""
+    @property
+    def calls(self) -> int:
+        """Number of kernel calls the batch queued or ran."""
+
+def _emulate_gpu_batches(on: bool) -> None:
+    """Tests only: CPU calls in a batch are queued and run at its end, as on a GPU."""
 
 class Library:
     @property

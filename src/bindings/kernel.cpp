@@ -7,6 +7,7 @@
 #include "py_attr.h"
 #include "buffer.h"
 #include "convert.h"
+#include "py_batch.h"
 
 namespace py = pybind11;
 
@@ -74,8 +75,7 @@ std::string PyKernel::signature() const {
   return out + ")";
 }
 
-void PyKernel::bind_array(const ArgSpec& s, const Slot& slot, py::handle obj, BoundArg& out,
-                          std::vector<Staged>& staged, std::optional<uint64_t>& default_count) {
+bool PyKernel::check_array(const ArgSpec& s, const Slot& slot, py::handle obj) const {
   const std::string& kname = spec().name;
   auto& api = py::detail::npy_api::get();
   if (!api.PyArray_Check_(obj.ptr()))
@@ -109,25 +109,63 @@ void PyKernel::bind_array(const ArgSpec& s, const Slot& slot, py::handle obj, Bo
   if (s.writable && !writable_array)
     throw ArgumentError("kernel '" + kname + "': " + describe_param(s) +
                         " is written by the kernel but the array is read-only; pass a writable array (e.g. x.copy())");
-  py::array arr = py::reinterpret_borrow<py::array>(obj);
-  const uint64_t nbytes = uint64_t(arr.nbytes());
   const bool contiguous = (a->flags & py::detail::npy_api::NPY_ARRAY_C_CONTIGUOUS_) != 0;
   const bool aligned = (reinterpret_cast<uintptr_t>(a->data) % s.elem_align) == 0;
-  if (contiguous && aligned) {
-    out.data = a->data;
-    if (impl_->wants_allocations() && (out.alloc = find_allocation(obj)))
-      out.offset = size_t(static_cast<char*>(out.data) - static_cast<char*>(out.alloc->data()));
-  } else {
-    // Staged: an aligned contiguous copy, copied back only if the kernel may write it.
-    py::object& stage = MK_PY_ATTR("metalkit._staging", "stage");
-    py::object copy = stage(arr);  // page-aligned, so any element alignment holds
-    out.data = py::detail::array_proxy(copy.ptr())->data;
-    if (impl_->wants_allocations()) out.alloc = find_allocation(copy);
-    staged.push_back({py::reinterpret_borrow<py::object>(obj), copy, s.writable});
-  }
-  out.nbytes = nbytes;
-  if (!default_count && s.writable) default_count = nbytes / s.elem_size;
+  return !(contiguous && aligned);
 }
+
+namespace {
+
+// One array argument of a call, once checked.
+struct ArrayArg {
+  int param;
+  py::handle obj;
+  bool stage;   // staged through metalkit._staging (strided or misaligned)
+  HostUse use;  // the host memory it spans (layout set for staged views); only when
+                // staged or queued in a batch
+};
+
+// The bytes an array spans, from its lowest to its highest element; a staged
+// view also gets a layout key (address, item size, shape, strides): calls
+// passing the same view share one staged copy.
+HostUse memory_of(py::handle obj, bool staged, bool writes) {
+  auto* a = py::detail::array_proxy(obj.ptr());
+  const auto base = reinterpret_cast<uintptr_t>(a->data);
+  const auto itemsize = intptr_t(py::reinterpret_borrow<py::dtype>(a->descr).itemsize());
+  HostUse u;
+  u.writes = writes;
+  u.lo = u.hi = base;
+  bool empty = false;
+  intptr_t lo = 0, hi = 0;
+  for (int d = 0; d < a->nd; ++d) {
+    if (a->dimensions[d] == 0) empty = true;
+    const intptr_t span = intptr_t(a->dimensions[d] - 1) * intptr_t(a->strides[d]);
+    (span < 0 ? lo : hi) += span;
+  }
+  if (!empty) {
+    u.lo = base + lo;
+    u.hi = base + hi + itemsize;
+  }
+  if (staged) {
+    u.access = HostAccess::Mapped;
+    auto put = [&](intptr_t v) { u.layout.append(reinterpret_cast<const char*>(&v), sizeof v); };
+    put(intptr_t(base));
+    put(itemsize);
+    put(a->nd);
+    for (int d = 0; d < a->nd; ++d) {
+      put(intptr_t(a->dimensions[d]));
+      put(intptr_t(a->strides[d]));
+    }
+  }
+  return u;
+}
+
+void set_allocation(BoundArg& b, py::handle array) {
+  if ((b.alloc = find_allocation(array)))
+    b.offset = size_t(static_cast<char*>(b.data) - static_cast<char*>(b.alloc->data()));
+}
+
+}  // namespace
 
 py::object PyKernel::call(py::args args, py::kwargs kwargs) {
   const KernelSpec& sp = spec();
@@ -161,7 +199,8 @@ py::object PyKernel::call(py::args args, py::kwargs kwargs) {
     heap.resize(scratch_bytes_ + 64);
     scratch = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(heap.data()) + 63) & ~uintptr_t(63));
   }
-  std::vector<Staged> staged;
+  // 1. Check every argument. Nothing is copied, queued or run before all pass.
+  std::vector<ArrayArg> arrays;
   std::optional<uint64_t> default_count, first_count;
   for (size_t i = 0; i < slots_.size(); ++i) {
     const Slot& slot = slots_[i];
@@ -173,7 +212,12 @@ py::object PyKernel::call(py::args args, py::kwargs kwargs) {
       b.data = dst;
       b.nbytes = s.elem_size;
     } else {
-      bind_array(s, slot, args[i], b, staged, default_count);
+      const bool stage = check_array(s, slot, args[i]);
+      auto* a = py::detail::array_proxy(args[i].ptr());
+      b.data = a->data;
+      b.nbytes = size_t(py::reinterpret_borrow<py::array>(args[i]).nbytes());
+      arrays.push_back({slot.param, args[i], stage, {}});
+      if (!default_count && s.writable) default_count = b.nbytes / s.elem_size;
       if (!first_count) first_count = b.nbytes / s.elem_size;
     }
   }
@@ -212,16 +256,103 @@ py::object PyKernel::call(py::args args, py::kwargs kwargs) {
                         " bytes exceeds the 32768 bytes Metal allows per threadgroup; use smaller tiles");
   launch.tg_bytes = tg_total;
   launch.geometry = plan_geometry(sp.name, grid, tg, default_count, sp.max_threads);
+  if (launch.geometry.empty()) return py::none();
 
-  if (!launch.geometry.empty()) {
+  // 2. Inside metalkit.batch(), a backend that defers queues the call; others
+  // run it now, after whatever the batch has queued. Calls after a fault in the
+  // batch are checked but not run (it is raised when the block exits).
+  std::shared_ptr<PyBatch> batch = current_batch();
+  if (batch && !batch->fault().empty()) return py::none();
+  const bool emulate = batch && !impl_->defers() && emulating_gpu_batches();
+  const bool defer = batch && (impl_->defers() || emulate);
+  if (batch && batch->pending()) {
+    const bool host_queue = dynamic_cast<HostQueue*>(batch->encoding.get()) != nullptr;
+    if (!defer || host_queue != emulate) {
+      batch->settle();
+      if (!batch->fault().empty()) return py::none();
+    }
+  }
+  const bool wants_alloc = impl_->wants_allocations();
+  for (ArrayArg& x : arrays) {
+    if (!x.stage && wants_alloc) set_allocation(launch.args[x.param], x.obj);
+    if (x.stage || defer) x.use = memory_of(x.obj, x.stage, sp.args[x.param].writable);
+  }
+  std::vector<HostUse> uses;
+  if (defer) {
+    for (ArrayArg& x : arrays) {
+      if (!x.stage && !emulate) x.use.access = impl_->host_access(sp.args[x.param], launch.args[x.param]);
+      uses.push_back(x.use);
+    }
+    // Memory a queued call writes and this one reads or writes in a way the
+    // queue cannot order: run the queued calls first.
+    if (batch->pending() && batch->memory.conflicts(uses)) {
+      batch->settle();
+      if (!batch->fault().empty()) return py::none();
+    }
+  }
+
+  // 3. Staged arrays: an aligned contiguous copy (page-aligned, so any element
+  // alignment holds), copied back only if the kernel may write it. In a batch,
+  // calls passing the same view share one copy, copied back when the batch completes.
+  std::vector<PyBatch::Staged> fresh;  // copies made by this call
+  std::vector<size_t> shared;          // batch->staged entries this call writes through
+  for (ArrayArg& x : arrays) {
+    if (!x.stage) continue;
+    const ArgSpec& s = sp.args[x.param];
+    py::object copy;
+    for (auto& f : fresh)
+      if (f.layout == x.use.layout) {
+        copy = f.copy;
+        f.copy_back = f.copy_back || s.writable;
+      }
+    if (!copy && defer)
+      for (size_t k = 0; k < batch->staged.size() && !copy; ++k)
+        if (batch->staged[k].layout == x.use.layout) {
+          copy = batch->staged[k].copy;
+          if (s.writable) shared.push_back(k);
+        }
+    if (!copy) {
+      py::object& stage = MK_PY_ATTR("metalkit._staging", "stage");
+      copy = stage(py::reinterpret_borrow<py::array>(x.obj));
+      fresh.push_back({x.use.layout, py::reinterpret_borrow<py::object>(x.obj), copy, s.writable});
+    }
+    BoundArg& b = launch.args[x.param];
+    b.data = py::detail::array_proxy(copy.ptr())->data;
+    if (wants_alloc) set_allocation(b, copy);
+  }
+
+  if (!defer) {
+    try {
+      py::gil_scoped_release nogil;
+      impl_->dispatch(launch);
+    } catch (const KernelFault& e) {
+      if (!batch) throw;
+      batch->fail(e.what());
+      return py::none();
+    }
+    if (!fresh.empty()) {
+      py::object& copyto = MK_PY_ATTR("numpy", "copyto");
+      for (auto& st : fresh)
+        if (st.copy_back) copyto(st.original, st.copy);
+    }
+    if (batch) batch->ran(*impl_);
+    return py::none();
+  }
+
+  {
     py::gil_scoped_release nogil;
-    impl_->dispatch(launch);
+    if (emulate) {
+      if (!batch->encoding) batch->encoding = std::make_unique<HostQueue>();
+      static_cast<HostQueue&>(*batch->encoding).add(impl_, launch);
+    } else {
+      impl_->enqueue(launch, *batch);
+    }
   }
-  if (!staged.empty()) {
-    py::object& copyto = MK_PY_ATTR("numpy", "copyto");
-    for (auto& st : staged)
-      if (st.copy_back) copyto(st.original, st.staged);
-  }
+  // Queued: what it uses stays alive, and staged results come back, when the batch completes.
+  batch->queued(impl_, uses);
+  for (ArrayArg& x : arrays) batch->keep_alive.push_back(py::reinterpret_borrow<py::object>(x.obj));
+  for (size_t k : shared) batch->staged[k].copy_back = true;
+  for (auto& f : fresh) batch->staged.push_back(std::move(f));
   return py::none();
 }
 

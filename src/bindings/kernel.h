@@ -15,7 +15,7 @@ class PyKernel {
   explicit PyKernel(std::shared_ptr<KernelImpl> impl);  // impl keeps its module alive
   pybind11::object call(pybind11::args args, pybind11::kwargs kwargs);
   const KernelSpec& spec() const { return impl_->spec(); }
-  double last_time() const { return impl_->last_time(); }
+  double last_gpu_time() const { return impl_->last_gpu_time(); }
   pybind11::list arg_specs() const;
   std::string signature() const;
 
@@ -26,12 +26,9 @@ class PyKernel {
     pybind11::object dtype;    // expected numpy dtype of array elements (None: struct or unavailable)
     uint64_t scalar_offset;    // where a scalar's bytes go in the call's scratch
   };
-  struct Staged {
-    pybind11::object original, staged;
-    bool copy_back;
-  };
-  void bind_array(const ArgSpec& s, const Slot& slot, pybind11::handle obj, BoundArg& out,
-                  std::vector<Staged>& staged, std::optional<uint64_t>& default_count);
+  // Checks an array argument's dtype and writability; whether it must be staged
+  // (an aligned C-contiguous copy) because it cannot be used in place.
+  bool check_array(const ArgSpec& s, const Slot& slot, pybind11::handle obj) const;
 
   std::shared_ptr<KernelImpl> impl_;
   std::vector<Slot> slots_;    // ordered by buffer index

@@ -4,6 +4,7 @@
 
 #include <cstring>
 
+#include "../core/batch.h"
 #include "../core/errors.h"
 #include "../core/function_constants.h"
 #include "../core/gpu_dispatch.h"
@@ -135,6 +136,46 @@ void register_rules(py::module_& m) {
   r.def("threadgroup_length", &threadgroup_length);
   r.def("check_threadgroup_memory", &check_threadgroup_memory);
   r.def("gpu_fault_message", &gpu_fault_message);
+  // metalkit.batch(): a use is (lo, hi, "direct" | "mapped" | "copyin", writes, layout).
+  auto host_use = [](const py::tuple& t) {
+    HostUse u;
+    u.lo = t[0].cast<uintptr_t>();
+    u.hi = t[1].cast<uintptr_t>();
+    const auto access = t[2].cast<std::string>();
+    if (access == "direct") u.access = HostAccess::Direct;
+    else if (access == "mapped") u.access = HostAccess::Mapped;
+    else if (access == "copyin") u.access = HostAccess::CopyIn;
+    else throw py::value_error("unknown host access '" + access + "'");
+    u.writes = t[3].cast<bool>();
+    u.layout = t[4].cast<std::string>();
+    return u;
+  };
+  r.def("must_complete_first", [host_use](const py::tuple& pending, const py::tuple& next) {
+    return must_complete_first(host_use(pending), host_use(next));
+  });
+  // calls: [[use, ...], ...] queued in order; returns the indices of the calls a flush came before.
+  r.def("batch_flushes", [host_use](const std::vector<std::vector<py::tuple>>& calls) {
+    BatchMemory memory;
+    std::vector<size_t> flushes;
+    for (size_t i = 0; i < calls.size(); ++i) {
+      std::vector<HostUse> uses;
+      for (const py::tuple& t : calls[i]) uses.push_back(host_use(t));
+      if (memory.conflicts(uses)) {
+        flushes.push_back(i);
+        memory.clear();
+      }
+      memory.add(uses);
+    }
+    return flushes;
+  });
+  r.def("route_access", [](const std::string& route) {
+    const char* routes[] = {"bound", "bytes", "wrap", "stage", "empty"};
+    const char* names[] = {"direct", "mapped", "copyin"};
+    for (int i = 0; i < 5; ++i)
+      if (route == routes[i]) return std::string(names[int(host_access_for(BufferRoute(i)))]);
+    throw py::value_error("unknown route '" + route + "'");
+  });
+  r.def("batch_fault_message", &batch_fault_message);
   // decls: [(name, index, msl type name, vector width, required)]; returns {index: 8 value bytes}.
   r.def("resolve_constants", [](const std::string& kernel, const std::vector<py::tuple>& decls, py::dict constants) {
     auto d = constant_decls(decls);

@@ -9,6 +9,7 @@
 #include "buffer.h"
 #include "kernel.h"
 #include "metal_module.h"
+#include "py_batch.h"
 
 namespace py = pybind11;
 using namespace mk;
@@ -80,7 +81,10 @@ PYBIND11_MODULE(_core, m) {
       .def_property_readonly("max_threads_per_threadgroup", [](const PyKernel& k) { return k.spec().max_threads; })
       .def_property_readonly("simd_width", [](const PyKernel&) { return kSimdWidth; })
       .def_property_readonly("uses_barriers", [](const PyKernel& k) { return k.spec().needs_fibers; })
-      .def_property_readonly("last_time", &PyKernel::last_time)
+      .def_property_readonly("last_gpu_time", &PyKernel::last_gpu_time,
+                             "Seconds of GPU time the kernel's last call took (the CPU simulator: the wall time of "
+                             "the call). A call queued in metalkit.batch() on the GPU reports the time of the "
+                             "batch's whole command buffer.")
       .def_property_readonly("signature", &PyKernel::signature)
       .def_property_readonly("location", [](const PyKernel& k) { return py::make_tuple(k.spec().file, k.spec().line); })
       .def("__repr__", [](const PyKernel& k) { return "<metalkit.Kernel " + k.signature() + ">"; });
@@ -97,6 +101,8 @@ PYBIND11_MODULE(_core, m) {
         lib.kernels[name] = k;
         return py::cast(k);
       });
+
+  register_batch(m);
 
   register_metal(m, [](std::shared_ptr<LibraryImpl> impl) {
     return py::cast(std::make_shared<PyLibrary>(PyLibrary{std::move(impl), {}}));

@@ -68,7 +68,7 @@ class KernelImpl {
   // like dispatch() it validates first and throws before queueing anything.
   // Other backends run each call at once through dispatch().
   virtual bool defers() const { return false; }
-  virtual void enqueue(const Launch& launch, Batch& batch) { dispatch(launch); }
+  virtual void enqueue(const Launch& launch, Batch& /*batch*/) { dispatch(launch); }
   // How a queued call reaches this argument (BoundArg::alloc already looked up).
   virtual HostAccess host_access(const ArgSpec&, const BoundArg&) const { return HostAccess::Direct; }
 

@@ -11,6 +11,9 @@ BufferRoute route_buffer(const ArgSpec& spec, bool in_device_buffer, uintptr_t a
   const bool offset_ok = spec.space == Space::Device || offset % kConstantOffsetAlignment == 0;
   if (in_device_buffer && offset_ok) return BufferRoute::Bound;
   if (!spec.writable && nbytes < kInlineBytesLimit) return BufferRoute::Bytes;
+  // A scalar's bytes live in the call's scratch, gone before a call queued in a
+  // batch runs: always copied, never wrapped.
+  if (spec.kind == ArgKind::Scalar) return BufferRoute::Stage;
   if (address % page == 0 && nbytes % page == 0) return BufferRoute::Wrap;
   return BufferRoute::Stage;
 }

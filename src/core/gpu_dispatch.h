@@ -13,7 +13,7 @@ namespace mk {
 enum class BufferRoute {
   Bound,  // it lives in a metalkit buffer: bind that buffer at the array's offset
   Bytes,  // small and read-only: the encoder copies the bytes (setBytes)
-  Wrap,   // page-aligned host memory of whole pages: a buffer over it, no copy
+  Wrap,   // page-aligned host memory of whole pages (not a scalar): a buffer over it, no copy
   Stage,  // anything else: copied into a pooled buffer, copied back only if writable
   Empty,  // no bytes: a small zeroed placeholder keeps the binding valid
 };

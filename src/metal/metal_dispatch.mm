@@ -1,15 +1,24 @@
-// One dispatch: bind the arguments, encode, commit and wait. Nothing is kept
-// from one call to the next (staging buffers go back to a bounded pool), so the
-// cost of a call stays flat however many calls are made. Runs without the GIL.
-// Nothing inside the @autoreleasepool throws (an exception would skip draining
-// it), so failures leave it as values and are raised after.
-// Metal APIs: commandBufferWithUnretainedReferences, computeCommandEncoder,
-// setComputePipelineState:, setBuffer:offset:atIndex:, setBytes:length:atIndex:,
-// setThreadgroupMemoryLength:atIndex:, dispatchThreads:threadsPerThreadgroup:
+// Encoding and running calls. A MetalBatch is one command buffer with one
+// serial compute encoder: a call outside metalkit.batch() is a batch of one,
+// encoded, committed and waited for at once; inside a batch every call is
+// encoded into the thread's MetalBatch and the block's exit commits and waits
+// once (core/batch.h decides when queued work must run first). Nothing is kept
+// from one batch to the next (staging buffers go back to a bounded pool), so
+// the cost of a call stays flat. Runs without the GIL. Nothing inside an
+// @autoreleasepool throws (an exception would skip draining it), so failures
+// leave it as values and are raised after.
+// Metal APIs: commandBufferWithUnretainedReferences,
+// computeCommandEncoderWithDispatchType: with MTLDispatchTypeSerial (macOS
+// 10.14; each dispatch runs after the one before it, so a call sees the
+// previous calls' writes with no barrier), setComputePipelineState:,
+// setBuffer:offset:atIndex:, setBytes:length:atIndex: (copies the bytes when
+// called), setThreadgroupMemoryLength:atIndex:, dispatchThreads:threadsPerThreadgroup:
 // (macOS 10.13), dispatchThreadgroups:threadsPerThreadgroup:, endEncoding,
 // commit, waitUntilCompleted, status, error, GPUStartTime / GPUEndTime (macOS 10.15).
+#include <cstdint>
 #include <cstring>
 #include <new>
+#include <stdexcept>
 
 #include "../core/errors.h"
 #include "../core/gpu_dispatch.h"
@@ -20,100 +29,187 @@ namespace {
 
 MTLSize mtl_size(const Dims3& d) { return MTLSizeMake(d.v[0], d.v[1], d.v[2]); }
 
-// A staging buffer this call uses, and the host memory to copy it back to (null: read-only).
-struct Staged {
-  id<MTLBuffer> buffer;
-  void* host;
-  uint64_t nbytes;
+// How one parameter is bound, resolved before anything is encoded.
+struct Binding {
+  NSUInteger index;
+  BufferRoute route;
+  id<MTLBuffer> buffer;   // Bound, Wrap, Stage
+  uint64_t offset;
+  const void* bytes;      // Bytes, Empty
+  uint64_t nbytes;        // Bytes, Empty; threadgroup parameters: the length to reserve
+  bool threadgroup;
 };
 
 }  // namespace
 
-void MetalKernel::dispatch(const Launch& launch) {
+MetalBatch::~MetalBatch() {
+  @autoreleasepool {
+    if (encoder_) [encoder_ endEncoding];  // never committed: the GPU runs none of it
+    encoder_ = nil;
+    commands_ = nil;
+  }
+  release_mappings(0);
+}
+
+size_t MetalBatch::map(void* host, uint64_t nbytes, BufferRoute route, bool shared) {
+  // Every call of the batch that passes this array range shares one buffer, so a
+  // call sees what an earlier one wrote there (must_complete_first allowed the reuse).
+  if (shared)
+    for (size_t i = 0; i < mappings_.size(); ++i)
+      if (mappings_[i].shared && mappings_[i].host == host && mappings_[i].nbytes == nbytes) return i;
+  id<MTLBuffer> buffer = nil;
+  if (route == BufferRoute::Wrap) {
+    buffer = wrap_host_memory(dev_, host, nbytes);
+    if (buffer) {
+      mappings_.push_back({host, nbytes, buffer, false, shared, false});
+      return mappings_.size() - 1;
+    }
+    // Metal declined this memory (read-only pages, say): copy it.
+  }
+  buffer = dev_.staging.acquire(dev_.device, nbytes, dev_.page);
+  if (!buffer) return SIZE_MAX;
+  std::memcpy(buffer.contents, host, nbytes);
+  mappings_.push_back({host, nbytes, buffer, true, shared, false});
+  return mappings_.size() - 1;
+}
+
+void MetalBatch::release_mappings(size_t from) {
+  for (size_t i = from; i < mappings_.size(); ++i)
+    if (mappings_[i].staged) dev_.staging.release(mappings_[i].buffer);
+  mappings_.resize(from);
+}
+
+void MetalBatch::encode(const MetalKernel& kernel, const Launch& launch) {
+  const KernelSpec& spec = kernel.spec();
   const Geometry& g = launch.geometry;
-  check_threadgroup_memory(spec_.name, launch.tg_bytes, static_threadgroup_memory_, dev_.max_threadgroup_memory);
-  const Dims3 groups = dev_.nonuniform_threadgroups ? g.ngroups : uniform_threadgroups(spec_.name, g);
+  check_threadgroup_memory(spec.name, launch.tg_bytes, kernel.static_threadgroup_memory_,
+                           dev_.max_threadgroup_memory);
+  const Dims3 groups = dev_.nonuniform_threadgroups ? g.ngroups : uniform_threadgroups(spec.name, g);
   static const uint8_t kZeros[16] = {};
 
-  std::vector<Staged> staged;
+  const size_t first_new = mappings_.size();
+  std::vector<size_t> written;  // mappings this call writes
   bool out_of_memory = false;
-  std::string fault;
-  double seconds = 0;
   @autoreleasepool {
-    // The command buffer does not retain what it uses; these locals do until it completes.
-    std::vector<id<MTLBuffer>> wrapped;
-    id<MTLCommandBuffer> commands = [dev_.queue commandBufferWithUnretainedReferences];
-    id<MTLComputeCommandEncoder> encoder = [commands computeCommandEncoder];
-    [encoder setComputePipelineState:pipeline_];
-    for (size_t i = 0; i < spec_.args.size() && !out_of_memory; ++i) {
-      const ArgSpec& s = spec_.args[i];
+    std::vector<Binding> bindings;
+    for (size_t i = 0; i < spec.args.size() && !out_of_memory; ++i) {
+      const ArgSpec& s = spec.args[i];
       const BoundArg& a = launch.args[i];
-      const NSUInteger index = NSUInteger(s.index);
       if (s.kind == ArgKind::Builtin) continue;
+      Binding b{NSUInteger(s.index), BufferRoute::Bound, nil, 0, nullptr, 0, false};
       if (s.kind == ArgKind::Threadgroup) {
-        [encoder setThreadgroupMemoryLength:threadgroup_length(a.nbytes) atIndex:index];
+        b.threadgroup = true;
+        b.nbytes = threadgroup_length(a.nbytes);
+        bindings.push_back(b);
         continue;
       }
       const auto* own = dynamic_cast<const MetalAllocation*>(a.alloc);
-      BufferRoute route =
-          route_buffer(s, own != nullptr, reinterpret_cast<uintptr_t>(a.data), a.nbytes, a.offset, dev_.page);
-      id<MTLBuffer> buffer = nil;
-      if (route == BufferRoute::Wrap) {
-        buffer = wrap_host_memory(dev_, a.data, a.nbytes);
-        if (buffer)
-          wrapped.push_back(buffer);
-        else
-          route = BufferRoute::Stage;  // Metal declined this memory (read-only pages, say): copy it
-      }
-      switch (route) {
+      b.route = route_buffer(s, own != nullptr, reinterpret_cast<uintptr_t>(a.data), a.nbytes, a.offset, dev_.page);
+      switch (b.route) {
         case BufferRoute::Bound:
-          [encoder setBuffer:own->buffer() offset:a.offset atIndex:index];
+          b.buffer = own->buffer();
+          b.offset = a.offset;
           break;
         case BufferRoute::Bytes:
-          [encoder setBytes:a.data length:a.nbytes atIndex:index];
+          b.bytes = a.data;
+          b.nbytes = a.nbytes;
           break;
         case BufferRoute::Empty:
-          [encoder setBytes:kZeros length:sizeof kZeros atIndex:index];
+          b.bytes = kZeros;
+          b.nbytes = sizeof kZeros;
           break;
         case BufferRoute::Wrap:
-          [encoder setBuffer:buffer offset:0 atIndex:index];
-          break;
-        case BufferRoute::Stage:
-          buffer = dev_.staging.acquire(dev_.device, a.nbytes, dev_.page);
-          if (!buffer) {
+        case BufferRoute::Stage: {
+          const size_t m = map(a.data, a.nbytes, b.route, s.kind == ArgKind::Buffer);
+          if (m == SIZE_MAX) {
             out_of_memory = true;
             break;
           }
-          std::memcpy(buffer.contents, a.data, a.nbytes);
-          staged.push_back({buffer, s.writable ? a.data : nullptr, a.nbytes});
-          [encoder setBuffer:buffer offset:0 atIndex:index];
+          b.buffer = mappings_[m].buffer;
+          if (s.writable) written.push_back(m);
           break;
+        }
       }
+      bindings.push_back(b);
     }
     if (!out_of_memory) {
+      if (!commands_) {
+        commands_ = [dev_.queue commandBufferWithUnretainedReferences];
+        encoder_ = [commands_ computeCommandEncoderWithDispatchType:MTLDispatchTypeSerial];
+      }
+      [encoder_ setComputePipelineState:kernel.pipeline_];
+      for (const Binding& b : bindings) {
+        if (b.threadgroup)
+          [encoder_ setThreadgroupMemoryLength:b.nbytes atIndex:b.index];
+        else if (b.bytes)
+          [encoder_ setBytes:b.bytes length:b.nbytes atIndex:b.index];
+        else
+          [encoder_ setBuffer:b.buffer offset:b.offset atIndex:b.index];
+      }
       if (dev_.nonuniform_threadgroups)
-        [encoder dispatchThreads:mtl_size(g.grid) threadsPerThreadgroup:mtl_size(g.tg)];
+        [encoder_ dispatchThreads:mtl_size(g.grid) threadsPerThreadgroup:mtl_size(g.tg)];
       else
-        [encoder dispatchThreadgroups:mtl_size(groups) threadsPerThreadgroup:mtl_size(g.tg)];
+        [encoder_ dispatchThreadgroups:mtl_size(groups) threadsPerThreadgroup:mtl_size(g.tg)];
     }
-    [encoder endEncoding];
-    if (!out_of_memory) {
+  }
+  if (out_of_memory) {
+    release_mappings(first_new);  // this call encoded nothing; earlier calls keep theirs
+    throw std::bad_alloc();
+  }
+  for (size_t m : written)
+    if (mappings_[m].staged) mappings_[m].copy_back = true;
+  pipelines_.push_back(kernel.pipeline_);
+}
+
+BatchOutcome MetalBatch::finish() {
+  BatchOutcome out;
+  out.validation = dev_.validation;
+  @autoreleasepool {
+    if (commands_) {
+      id<MTLCommandBuffer> commands = commands_;
+      [encoder_ endEncoding];
+      encoder_ = nil;
+      commands_ = nil;
       [commands commit];
       [commands waitUntilCompleted];
       if (commands.status == MTLCommandBufferStatusError)
-        fault = gpu_fault_message(spec_.name, error_text(commands.error, "no description"), dev_.validation);
+        out.gpu_error = error_text(commands.error, "no description");
       else
-        seconds = commands.GPUEndTime - commands.GPUStartTime;
+        out.seconds = commands.GPUEndTime - commands.GPUStartTime;
     }
   }
-  // Results come back only from a dispatch that completed.
-  for (Staged& st : staged) {
-    if (st.host && !out_of_memory && fault.empty()) std::memcpy(st.host, st.buffer.contents, st.nbytes);
-    dev_.staging.release(st.buffer);
+  // Results come back only from work that completed.
+  for (const Mapping& m : mappings_)
+    if (m.copy_back && out.gpu_error.empty()) std::memcpy(m.host, m.buffer.contents, m.nbytes);
+  release_mappings(0);
+  pipelines_.clear();
+  return out;
+}
+
+void MetalKernel::dispatch(const Launch& launch) {
+  MetalBatch batch(dev_);
+  batch.encode(*this, launch);
+  const BatchOutcome out = batch.finish();
+  if (!out.gpu_error.empty()) throw KernelFault(gpu_fault_message(spec_.name, out.gpu_error, out.validation));
+  last_time_ = out.seconds;
+}
+
+void MetalKernel::enqueue(const Launch& launch, Batch& batch) {
+  if (!batch.encoding) {
+    auto fresh = std::make_unique<MetalBatch>(dev_);
+    fresh->encode(*this, launch);  // a call that throws leaves the batch as it was
+    batch.encoding = std::move(fresh);
+    return;
   }
-  if (out_of_memory) throw std::bad_alloc();
-  if (!fault.empty()) throw KernelFault(fault);
-  last_time_ = seconds;
+  auto* metal = dynamic_cast<MetalBatch*>(batch.encoding.get());
+  if (!metal) throw std::logic_error("metalkit: the batch holds another backend's work; complete it first");
+  metal->encode(*this, launch);
+}
+
+HostAccess MetalKernel::host_access(const ArgSpec& spec, const BoundArg& arg) const {
+  const bool own = dynamic_cast<const MetalAllocation*>(arg.alloc) != nullptr;
+  return host_access_for(
+      route_buffer(spec, own, reinterpret_cast<uintptr_t>(arg.data), arg.nbytes, arg.offset, dev_.page));
 }
 
 }  // namespace mk

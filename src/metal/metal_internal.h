@@ -9,8 +9,10 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "../core/backend.h"
+#include "../core/batch.h"
 #include "../core/reflection.h"
 
 #if __MAC_OS_X_VERSION_MAX_ALLOWED < 140000
@@ -69,14 +71,58 @@ std::string error_text(NSError* error, const std::string& fallback);
 // structs, matrices, arrays and anything else metalkit passes as raw bytes.
 void element_type(MTLDataType type, int* mk_type, int* vec_width);
 
+class MetalKernel;
+
+// One command buffer and its compute encoder, filled by one or more calls (a
+// metalkit.batch(), or a single call outside one) and waited for once. The
+// command buffer does not retain what it uses (commandBufferWithUnretainedReferences),
+// so this object holds every buffer and pipeline it encoded until finish();
+// the bindings keep the arrays behind them alive. Destroyed unfinished, it ends
+// its encoder and never commits: nothing runs.
+class MetalBatch : public BatchEncoding {
+ public:
+  explicit MetalBatch(MetalDevice& dev) : dev_(dev) {}
+  ~MetalBatch() override;
+  // Validates, binds every argument (throwing std::bad_alloc or DispatchError
+  // before anything is encoded), then encodes one dispatch.
+  void encode(const MetalKernel& kernel, const Launch& launch);
+  BatchOutcome finish() override;
+
+ private:
+  // A host range given a buffer for the whole batch (route Wrap or Stage).
+  struct Mapping {
+    void* host;
+    uint64_t nbytes;
+    id<MTLBuffer> buffer;
+    bool staged;     // a pooled copy (else a no-copy buffer over the host memory)
+    bool shared;     // an array's range, reused by later calls (a scalar's copy is its call's alone)
+    bool copy_back;  // staged and written by some call: copied to host at completion
+  };
+  // Index in mappings_ of the buffer for this host range: for an array, the one
+  // an earlier call of the batch made for exactly that range, else a new one (a
+  // staged one is filled now); SIZE_MAX if Metal has no memory for it.
+  size_t map(void* host, uint64_t nbytes, BufferRoute route, bool shared);
+  void release_mappings(size_t from);  // staging buffers go back to the pool
+
+  MetalDevice& dev_;
+  id<MTLCommandBuffer> commands_;
+  id<MTLComputeCommandEncoder> encoder_;
+  std::vector<Mapping> mappings_;
+  std::vector<id<MTLComputePipelineState>> pipelines_;
+};
+
 class MetalKernel : public KernelImpl {
  public:
   MetalKernel(MetalDevice& dev, id<MTLComputePipelineState> pipeline, KernelSpec spec);
-  void dispatch(const Launch& launch) override;  // metal_dispatch.mm
+  void dispatch(const Launch& launch) override;  // metal_dispatch.mm: a batch of one call
   // Arrays in metalkit buffers are bound in place (BoundArg::alloc / offset).
   bool wants_allocations() const override { return true; }
+  bool defers() const override { return true; }
+  void enqueue(const Launch& launch, Batch& batch) override;
+  HostAccess host_access(const ArgSpec& spec, const BoundArg& arg) const override;
 
  private:
+  friend class MetalBatch;
   MetalDevice& dev_;
   id<MTLComputePipelineState> pipeline_;
   uint64_t static_threadgroup_memory_;
