@@ -1,7 +1,7 @@
 """Compile-and-run checks for metalkit's MSL standard library headers.
 
 Small C++ programs include <metal_stdlib> with exactly the flags the package
-uses, are linked into shared libraries with zig's clang, loaded with ctypes
+uses, are linked into shared libraries with the package's own compiler, loaded with ctypes
 and compared against numpy / Python references on random data.
 """
 
@@ -14,17 +14,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-ziglang = pytest.importorskip("ziglang")
+from metalkit.msl import toolchain
 
-ZIG = str(Path(ziglang.__file__).parent / "zig")
+TC = toolchain.find()
 INCLUDE = Path(__file__).resolve().parents[1] / "python" / "metalkit" / "include"
-FLAGS = [
-    "-x", "c++", "-std=c++17", "-fdeclspec", "-fno-exceptions", "-fno-rtti",
-    "-fno-strict-aliasing", "-O2", "-fPIC",
-    "-Xclang", "-ffloat16-excess-precision=none",
-    "-Xclang", "-fbfloat16-excess-precision=none",
-    "-D__METAL_VERSION__=310", "-D__METAL__=1", "-nostdinc++", "-I", str(INCLUDE),
-]
+FLAGS = [*toolchain.LANGUAGE_FLAGS, "-O2", "-fPIC", "-I", str(INCLUDE)]
 RNG_SEED = 20240531
 
 PRELUDE = r"""
@@ -515,8 +509,9 @@ OK_SNIPPET = "float2 v = 1; float f = v.y; float2 w = v.yx; float4 u = float4(w,
 
 def _cmd(src, out, link):
     if link:
-        return [ZIG, "c++", *FLAGS, "-shared", "-nostdlib++", src, "-o", out]
-    return [ZIG, "clang", *FLAGS, "-fsyntax-only", src]
+        head = [TC.path, "c++", "-nostdlib++"] if TC.kind == "zig" else [TC.path]
+        return [*head, *FLAGS, "-shared", src, "-o", out]
+    return [*([TC.path, "clang"] if TC.kind == "zig" else [TC.path]), *FLAGS, "-fsyntax-only", src]
 
 
 @pytest.fixture(scope="module")
