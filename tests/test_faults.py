@@ -62,7 +62,7 @@ def test_wild_write_is_a_fault_and_the_process_survives(device):
     lib = build(SRC)
     x = np.zeros(16, np.float32)
     with pytest.raises(mk.KernelFault, match=r"kernel 'wild_write' \(<source>:\d+\): invalid memory access at "
-                                             r"address 0x[0-9a-f]+ in threadgroup"):
+                                             r"address 0x[0-9a-f]+, in threadgroup"):
         lib.wild_write(x)
     a = np.arange(5, dtype=np.float32)
     out = np.zeros(5, np.float32)
@@ -88,3 +88,64 @@ def test_faults_in_many_groups_report_one(device, rng):
     out = np.zeros(100, np.float32)
     mk.run("add_arrays", y, y, out)
     np.testing.assert_array_equal(out, y + y)
+
+
+CHECKED = """
+kernel void off_by_one(device const float* a [[buffer(0)]], device float* out [[buffer(1)]],
+                       uint i [[thread_position_in_grid]]) {
+    out[i] = a[i] + a[i + 1];          // reads one past the end in the last thread
+}
+kernel void write_past(device float* out [[buffer(0)]], constant uint& n [[buffer(1)]],
+                       uint i [[thread_position_in_grid]]) {
+    out[i] = 1.0f;
+    if (i == n - 1) out[n + 3] = 2.0f;  // writes past the end
+}
+kernel void missing_barrier(device const float* x [[buffer(0)]], device float* out [[buffer(1)]],
+                            threadgroup float* tmp [[threadgroup(0)]],
+                            uint i [[thread_position_in_grid]], uint l [[thread_position_in_threadgroup]],
+                            uint n [[threads_per_threadgroup]]) {
+    tmp[l] = x[i];
+    // a threadgroup_barrier belongs here
+    float right = tmp[(l + 1) % n];
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    out[i] = right;
+}
+"""
+
+
+def test_checked_mode_names_the_parameter_and_leaves_arrays_untouched(device, rng):
+    lib = build(CHECKED)
+    a = rng.random(1000, dtype=np.float32)
+    out = rng.random(1000, dtype=np.float32)
+    before = out.copy()
+    with pytest.raises(mk.KernelFault, match=r"kernel 'off_by_one' .*past the end of parameter 'a' \[\[buffer\(0\)\]\] "
+                                             r"of 1000 elements \(element 1000\)"):
+        lib.off_by_one(a, out, check=True)
+    np.testing.assert_array_equal(out, before)  # nothing copied back from a faulted run
+    with pytest.raises(mk.KernelFault, match=r"past the end of parameter 'out' .* \(element 1003\)"):
+        lib.write_past(out, 1000, check=True)
+    np.testing.assert_array_equal(out, before)
+    lib.off_by_one(a, out, grid=999, check=True)  # in bounds: runs, and results come back
+    np.testing.assert_allclose(out[:999], a[:-1] + a[1:], rtol=1e-6)
+    np.testing.assert_array_equal(out[999:], before[999:])
+
+
+def test_shuffled_order_exposes_a_missing_barrier(device, rng):
+    lib = build(CHECKED)
+    x = rng.random(256, dtype=np.float32)
+    want = np.roll(x.reshape(4, 64), -1, axis=1).ravel()
+    outs = []
+    for seed in [0, 1, 2, 3]:
+        out = np.zeros_like(x)
+        lib.missing_barrier(x, out, threadgroup=64, threadgroup_memory={0: 256}, shuffle=seed)
+        outs.append(out)
+    # In index order each thread reads its right neighbour before it is written;
+    # a shuffled order lets some reads see the new value: the race shows as results
+    # that change with the seed, and the same seed repeats its result.
+    assert not np.array_equal(outs[0], want)
+    assert len({o.tobytes() for o in outs}) == 4
+    again = np.zeros_like(x)
+    lib.missing_barrier(x, again, threadgroup=64, threadgroup_memory={0: 256}, shuffle=3)
+    np.testing.assert_array_equal(again, outs[3])
+    with pytest.raises(mk.ArgumentError, match="shuffle= takes an int seed"):
+        lib.missing_barrier(x, x, threadgroup_memory={0: 256}, shuffle="yes")

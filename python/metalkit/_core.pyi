@@ -17,7 +17,13 @@ class Kernel:
     """A compute kernel. Calling it binds arguments, dispatches and waits
     (inside ``metalkit.batch()``: checks the arguments and queues the call)."""
     def __call__(self, *args: Any, grid: Optional[_Dims] = None, threadgroup: Optional[_Dims] = None,
-                 threadgroup_memory: Optional[Mapping[int, int]] = None) -> None: ...
+                 threadgroup_memory: Optional[Mapping[int, int]] = None, check: Optional[bool] = None,
+                 shuffle: Optional[int] = None) -> None:
+        """Run and wait. CPU simulator options: ``check=True`` runs every array on a copy
+        between inaccessible pages (an out-of-bounds index raises KernelFault naming the
+        parameter; the caller's arrays are untouched); ``shuffle=seed`` runs each group's
+        threads in a seeded random order (0: index order) to expose missing barriers.
+        Defaults come from METALKIT_CHECK and METALKIT_SHUFFLE."""
     @property
     def name(self) -> str: ...
     @property

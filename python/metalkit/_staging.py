@@ -1,4 +1,5 @@
-"""Copies for arrays a backend cannot use in place (non-contiguous or misaligned)."""
+"""Copies for arrays a backend cannot use in place (non-contiguous or misaligned),
+and for every array in checked mode."""
 from __future__ import annotations
 
 import numpy as np
@@ -6,10 +7,16 @@ import numpy as np
 from .arrays import _allocate
 
 
-def stage(arr: np.ndarray) -> np.ndarray:
+def stage(arr: np.ndarray, guarded: int = 0) -> np.ndarray:
     """An aligned C-contiguous copy of ``arr`` in the current backend's device memory
-    (so the Metal backend binds it as it is, with no second copy)."""
-    buf = _allocate(arr.nbytes)
+    (so the Metal backend binds it as it is, with no second copy). With ``guarded``
+    (the element alignment), the copy ends right below an inaccessible page and
+    starts above one: the CPU simulator's checked mode."""
+    if guarded:
+        from . import _core
+        buf = _core.allocate_guarded(arr.nbytes, guarded)
+    else:
+        buf = _allocate(arr.nbytes)
     out = np.frombuffer(buf, dtype=np.uint8, count=arr.nbytes).view(arr.dtype).reshape(arr.shape)
     np.copyto(out, arr)
     return out

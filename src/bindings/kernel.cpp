@@ -1,6 +1,7 @@
 #include "kernel.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
 #include "../core/errors.h"
@@ -43,7 +44,26 @@ std::vector<int64_t> int_list(const std::string& kernel, const char* what, py::h
   return out;
 }
 
+uint32_t shuffle_seed(const std::string& kernel, py::handle v) {
+  if (PyBool_Check(v.ptr()) || !PyIndex_Check(v.ptr()))
+    throw ArgumentError("kernel '" + kernel + "': shuffle= takes an int seed (0 runs threads in index order)");
+  int64_t x = py::reinterpret_steal<py::int_>(PyNumber_Index(v.ptr())).cast<int64_t>();
+  return x == 0 ? 0u : (uint32_t(x) ? uint32_t(x) : 1u);
+}
+
 }  // namespace
+
+DebugDefaults& debug_defaults() {
+  static DebugDefaults d = [] {
+    DebugDefaults out;
+    const char* c = std::getenv("METALKIT_CHECK");
+    out.check = c && *c && std::string(c) != "0";
+    const char* s = std::getenv("METALKIT_SHUFFLE");
+    if (s && *s && std::string(s) != "0") out.shuffle = uint32_t(std::strtoul(s, nullptr, 10)) ?: 1u;
+    return out;
+  }();
+  return d;
+}
 
 PyKernel::PyKernel(std::shared_ptr<KernelImpl> impl) : impl_(std::move(impl)) {
   const auto& args = impl_->spec().args;
@@ -171,6 +191,8 @@ py::object PyKernel::call(py::args args, py::kwargs kwargs) {
   const KernelSpec& sp = spec();
   std::optional<Dims3> grid, tg;
   py::handle tgmem;
+  bool check = debug_defaults().check;
+  uint32_t shuffle = debug_defaults().shuffle;
   for (auto item : kwargs) {
     std::string key = py::str(item.first);
     if (key == "grid") {
@@ -180,9 +202,13 @@ py::object PyKernel::call(py::args args, py::kwargs kwargs) {
         tg = make_dims(sp.name, "threadgroup", int_list(sp.name, "threadgroup", item.second), false);
     } else if (key == "threadgroup_memory") {
       tgmem = item.second;
+    } else if (key == "check") {  // None: the METALKIT_CHECK default
+      if (!item.second.is_none()) check = PyObject_IsTrue(item.second.ptr()) == 1;
+    } else if (key == "shuffle") {  // None: the METALKIT_SHUFFLE default; 0: in order
+      if (!item.second.is_none()) shuffle = shuffle_seed(sp.name, item.second);
     } else {
       throw ArgumentError("kernel '" + sp.name + "' got an unexpected keyword argument '" + key +
-                          "'; it accepts grid=, threadgroup= and threadgroup_memory=");
+                          "'; it accepts grid=, threadgroup=, threadgroup_memory=, check= and shuffle=");
     }
   }
   if (args.size() != slots_.size())
@@ -257,6 +283,14 @@ py::object PyKernel::call(py::args args, py::kwargs kwargs) {
   launch.tg_bytes = tg_total;
   launch.geometry = plan_geometry(sp.name, grid, tg, default_count, sp.max_threads);
   if (launch.geometry.empty()) return py::none();
+  if ((check || shuffle) && impl_->defers())
+    throw DispatchError("kernel '" + sp.name + "': check= and shuffle= are CPU simulator options; on Metal use "
+                        "METALKIT_VALIDATE=1 for Apple's shader validation");
+  launch.shuffle_seed = shuffle;
+  // Checked mode: every array runs on a copy between inaccessible pages, so an
+  // out-of-bounds index faults at once and the caller's arrays stay untouched.
+  if (check)
+    for (ArrayArg& x : arrays) x.stage = true;
 
   // 2. Inside metalkit.batch(), a backend that defers queues the call; others
   // run it now, after whatever the batch has queued. Calls after a fault in the
@@ -313,7 +347,7 @@ py::object PyKernel::call(py::args args, py::kwargs kwargs) {
         }
     if (!copy) {
       py::object& stage = MK_PY_ATTR("metalkit._staging", "stage");
-      copy = stage(py::reinterpret_borrow<py::array>(x.obj));
+      copy = stage(py::reinterpret_borrow<py::array>(x.obj), check ? s.elem_align : 0);
       fresh.push_back({x.use.layout, py::reinterpret_borrow<py::object>(x.obj), copy, s.writable});
     }
     BoundArg& b = launch.args[x.param];

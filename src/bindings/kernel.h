@@ -10,6 +10,14 @@
 
 namespace mk {
 
+// The CPU simulator's debug options when a call does not give them:
+// METALKIT_CHECK=1 (guarded copies) and METALKIT_SHUFFLE=<seed>, read once.
+struct DebugDefaults {
+  bool check = false;
+  uint32_t shuffle = 0;
+};
+DebugDefaults& debug_defaults();
+
 class PyKernel {
  public:
   explicit PyKernel(std::shared_ptr<KernelImpl> impl);  // impl keeps its module alive

@@ -71,6 +71,8 @@ PYBIND11_MODULE(_core, m) {
                                {py::ssize_t(b.alloc->size())}, {py::ssize_t(1)});
       });
 
+  m.def("allocate_guarded", [](size_t nbytes, size_t align) { return PyBuffer{cpu_allocate_guarded(nbytes, align)}; },
+        py::arg("nbytes"), py::arg("align"), "Checked mode: memory between inaccessible pages.");
   m.def("allocate", [](size_t nbytes) { return PyBuffer{cpu_allocate(nbytes)}; }, py::arg("nbytes"),
         "Page-aligned device memory of nbytes bytes.");
 

@@ -61,7 +61,7 @@ class KernelImpl {
   virtual bool wants_allocations() const { return false; }
   // GPU time of the last dispatch in seconds (the CPU simulator: its wall time).
   // Read and written from any thread.
-  double last_gpu_time() const { return last_time_.load(std::memory_order_relaxed); }
+  double last_gpu_time() const { return last_gpu_time_.load(std::memory_order_relaxed); }
 
   // metalkit.batch(). A backend that defers returns true from defers(), and
   // enqueue() adds the call to batch.encoding (creating it) without waiting;
@@ -74,7 +74,7 @@ class KernelImpl {
 
  protected:
   KernelSpec spec_;
-  std::atomic<double> last_time_{0};  // seconds; last_gpu_time(). Batch sets it for queued calls.
+  std::atomic<double> last_gpu_time_{0};  // seconds; last_gpu_time(). Batch sets it for queued calls.
   friend class Batch;
 };
 

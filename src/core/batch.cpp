@@ -95,7 +95,7 @@ bool Batch::complete() {
   }
   if (message.empty()) {
     gpu_time_ += out.seconds;
-    for (const auto& k : queued_) k->last_time_.store(out.seconds, std::memory_order_relaxed);
+    for (const auto& k : queued_) k->last_gpu_time_.store(out.seconds, std::memory_order_relaxed);
   }
   queued_.clear();
   if (message.empty()) return true;

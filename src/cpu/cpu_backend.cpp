@@ -1,6 +1,8 @@
 #include "cpu_backend.h"
 
 #include <dlfcn.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -33,6 +35,29 @@ class HostAllocation : public Allocation {
   ~HostAllocation() override { std::free(data_); }
 };
 
+// Checked mode: the bytes end right below an inaccessible page (and start above
+// one), so an index past either end faults instead of touching other memory.
+class GuardedAllocation : public Allocation {
+ public:
+  GuardedAllocation(size_t nbytes, size_t align) {
+    const size_t page = size_t(sysconf(_SC_PAGESIZE));
+    pages_ = (std::max<size_t>(nbytes, 1) + page - 1) / page * page;
+    total_ = pages_ + 2 * page;
+    void* p = mmap(nullptr, total_, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) throw std::bad_alloc();
+    base_ = static_cast<char*>(p);
+    mprotect(base_ + page, pages_, PROT_READ | PROT_WRITE);
+    uintptr_t end = reinterpret_cast<uintptr_t>(base_ + page + pages_);
+    data_ = reinterpret_cast<void*>((end - nbytes) / align * align);
+    size_ = nbytes;
+  }
+  ~GuardedAllocation() override { munmap(base_, total_); }
+
+ private:
+  char* base_;
+  size_t pages_, total_;
+};
+
 // The module stays loaded while any library or kernel from it is alive.
 struct Module {
   void* handle = nullptr;
@@ -53,9 +78,28 @@ std::string group_at(const mk_dispatch& d, uint64_t g) {
   return "(" + std::to_string(g % gx) + ", " + std::to_string((g / gx) % gy) + ", " + std::to_string(g / (gx * gy)) + ")";
 }
 
+// Which argument's memory an address is just outside of, if any ("" if none).
+std::string near_argument(const KernelSpec& spec, const Launch& l, uintptr_t addr) {
+  constexpr uintptr_t kNear = 1 << 16;
+  for (size_t i = 0; i < l.args.size(); ++i) {
+    const ArgSpec& a = spec.args[i];
+    if (a.kind != ArgKind::Buffer || !l.args[i].data) continue;
+    uintptr_t lo = reinterpret_cast<uintptr_t>(l.args[i].data), hi = lo + l.args[i].nbytes;
+    const uint64_t n = l.args[i].nbytes / a.elem_size;
+    std::string what = "parameter '" + a.name + "' [[buffer(" + std::to_string(a.index) + ")]] of " +
+                       std::to_string(n) + " elements";
+    if (addr >= hi && addr < hi + kNear)
+      return "past the end of " + what + " (element " + std::to_string((addr - lo) / a.elem_size) + ")";
+    if (addr < lo && addr + kNear >= lo)
+      return "before the start of " + what + " (element -" + std::to_string((lo - addr + a.elem_size - 1) / a.elem_size) + ")";
+  }
+  return "";
+}
+
 // Runs groups [first, last) with this thread's fault trap armed. Returns ""
 // or what went wrong, with where.
-std::string run_trapped(mk_launch_fn launch, const mk_dispatch& d, uint64_t first, uint64_t last, uint32_t seed) {
+std::string run_trapped(mk_launch_fn launch, const mk_dispatch& d, uint64_t first, uint64_t last, uint32_t seed,
+                        const KernelSpec& spec, const Launch& l) {
   prepare_fault_handling();
   set_shuffle_seed(seed);
   FaultTrap trap;
@@ -81,8 +125,11 @@ std::string run_trapped(mk_launch_fn launch, const mk_dispatch& d, uint64_t firs
     } else {
       char addr[32];
       std::snprintf(addr, sizeof addr, "0x%llx", (unsigned long long)trap.address);
+      std::string arg = near_argument(spec, l, trap.address);
       result = std::string(trap.signal == SIGBUS ? "bus error" : "invalid memory access") + " at address " + addr +
-               " in " + where + "; an index is probably out of bounds (METALKIT_CHECK=1 runs on guarded copies)";
+               (arg.empty() ? "" : ", " + arg) + ", in " + where +
+               (arg.empty() ? "; an index is probably out of bounds (check=True or METALKIT_CHECK=1 runs on guarded copies)"
+                            : "; check the kernel's bounds");
     }
   }
   current_trap() = outer;
@@ -147,13 +194,13 @@ class CpuKernel : public KernelImpl {
     const uint32_t seed = l.shuffle_seed;
     ThreadPool::instance().run(groups, chunk, [&](uint64_t first, uint64_t last) {
       if (failed.load(std::memory_order_relaxed)) return;
-      std::string why = run_trapped(launch, d, first, last, seed);
+      std::string why = run_trapped(launch, d, first, last, seed, spec_, l);
       if (!why.empty()) {
         std::lock_guard<std::mutex> lk(fault_lock);
         if (!failed.exchange(true)) fault = std::move(why);
       }
     });
-    last_time_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    last_gpu_time_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (failed) throw KernelFault("kernel '" + spec_.name + "' (" + spec_.file + ":" + std::to_string(spec_.line) +
                                   "): " + fault);
   }
@@ -203,5 +250,9 @@ std::shared_ptr<LibraryImpl> load_cpu_library(const std::string& path) {
 }
 
 std::shared_ptr<Allocation> cpu_allocate(size_t nbytes) { return std::make_shared<HostAllocation>(nbytes); }
+
+std::shared_ptr<Allocation> cpu_allocate_guarded(size_t nbytes, size_t align) {
+  return std::make_shared<GuardedAllocation>(nbytes, std::max<size_t>(align, 1));
+}
 
 }  // namespace mk

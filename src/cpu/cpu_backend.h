@@ -14,4 +14,8 @@ std::shared_ptr<LibraryImpl> load_cpu_library(const std::string& path);
 // Page-aligned host memory (the CPU backend's device memory).
 std::shared_ptr<Allocation> cpu_allocate(size_t nbytes);
 
+// Memory for checked mode: nbytes (aligned to align) ending right below an
+// inaccessible page and starting above another, so out-of-bounds access faults.
+std::shared_ptr<Allocation> cpu_allocate_guarded(size_t nbytes, size_t align);
+
 }  // namespace mk

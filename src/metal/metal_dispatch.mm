@@ -191,7 +191,7 @@ void MetalKernel::dispatch(const Launch& launch) {
   batch.encode(*this, launch);
   const BatchOutcome out = batch.finish();
   if (!out.gpu_error.empty()) throw KernelFault(gpu_fault_message(spec_.name, out.gpu_error, out.validation));
-  last_time_ = out.seconds;
+  last_gpu_time_ = out.seconds;
 }
 
 void MetalKernel::enqueue(const Launch& launch, Batch& batch) {
