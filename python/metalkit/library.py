@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 import threading
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Union
+from typing import Any, Callable, Iterable, Mapping, Union
 
 from . import _device
 from .errors import CompileError
@@ -28,10 +28,34 @@ class Library:
     ['twice']
     """
 
-    def __init__(self, core: Any, filename: str, backend: str):
+    def __init__(self, core: Any, filename: str, backend: str, constants: Constants | None = None,
+                 rebuild: Callable[[dict], "Library"] | None = None):
         self._core = core
         self.filename = filename
         self.backend = backend
+        self.constants = dict(constants or {})
+        self._rebuild = rebuild  # the same source and options with other constants
+
+    def specialize(self, name: str, constants: Constants):
+        """Kernel ``name`` with function constants bound for it alone, on top of the library's.
+
+        >>> import numpy as np, metalkit
+        >>> lib = metalkit.compile('''
+        ... #include <metal_stdlib>
+        ... using namespace metal;
+        ... constant float gain [[function_constant(0)]];
+        ... kernel void amp(device float* x [[buffer(0)]], uint i [[thread_position_in_grid]]) { x[i] *= gain; }
+        ... ''', constants={"gain": 2.0})
+        >>> x = np.ones(2, np.float32)
+        >>> lib.specialize("amp", {"gain": 5.0})(x); lib.amp(x); x.tolist()
+        [10.0, 10.0]
+        """
+        if self._rebuild is None:
+            raise CompileError(f"{self.filename}: this library cannot be specialised (no source to rebuild from)",
+                               filename=self.filename)
+        if name not in self:
+            self[name]  # raises the KeyError naming the kernels
+        return self._rebuild({**self.constants, **dict(constants)})[name]
 
     @property
     def kernels(self) -> list[str]:
@@ -91,6 +115,9 @@ def compile(source: str, *, filename: str = "<source>", include_dirs: Iterable[s
     consts = dict(constants or {})
     key = (backend, source, filename, include_dirs, tuple(sorted((repr(k), repr(v)) for k, v in consts.items())),
            fast_math)
+
+    def rebuild(c: dict) -> Library:
+        return compile(source, filename=filename, include_dirs=include_dirs, constants=c, fast_math=fast_math)
     if backend == "cpu":
         from . import _core, msl
         path = msl.build(source, filename, include_dirs, consts, fast_math)
@@ -98,7 +125,7 @@ def compile(source: str, *, filename: str = "<source>", include_dirs: Iterable[s
         with _lock:
             lib = _libraries.get(key)
             if lib is None:
-                lib = _libraries[key] = Library(_core.load_cpu_library(path), filename, backend)
+                lib = _libraries[key] = Library(_core.load_cpu_library(path), filename, backend, consts, rebuild)
         return lib
     from . import _metal
     from .msl.includes import inline_includes
@@ -108,7 +135,7 @@ def compile(source: str, *, filename: str = "<source>", include_dirs: Iterable[s
         lib = _libraries.get(key)
         if lib is None:
             lib = _libraries[key] = Library(
-                _metal.compile_source(text, source, filename, consts, fast_math), filename, backend)
+                _metal.compile_source(text, source, filename, consts, fast_math), filename, backend, consts, rebuild)
     return lib
 
 
@@ -149,5 +176,6 @@ def _load_metallib(p: Path, constants: dict) -> Library:
     with _lock:
         lib = _libraries.get(key)
         if lib is None:
-            lib = _libraries[key] = Library(_metal.load_metallib(str(p), constants), str(p), backend)
+            lib = _libraries[key] = Library(_metal.load_metallib(str(p), constants), str(p), backend, constants,
+                                            lambda c: _load_metallib(p, c))
     return lib
