@@ -6,8 +6,10 @@
 #include <cstdint>
 #include <vector>
 
-#if !(defined(__x86_64__) || defined(__aarch64__))
+#if !(defined(__x86_64__) || defined(__aarch64__)) && !defined(MK_FIBER_UCONTEXT)
 #define MK_FIBER_UCONTEXT 1
+#endif
+#ifdef MK_FIBER_UCONTEXT
 #include <ucontext.h>
 #endif
 
