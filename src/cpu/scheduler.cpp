@@ -13,14 +13,19 @@ namespace {
 
 enum class State : uint8_t { Ready, AtBarrier, AtSimd, Done };
 
+// What the scheduler scans every round, kept small so a group's fibers share cache lines.
 struct Fiber {
   FiberContext ctx;
   State state = State::Ready;
   const char* file = nullptr;     // where it waits
   int line = 0;
-  unsigned size = 0;              // bytes contributed to a SIMD rendezvous
-  alignas(16) unsigned char slot[MK_SIMD_SLOT];
+};
+
+// A thread's side of a SIMD rendezvous.
+struct SimdSlot {
+  unsigned size = 0;              // bytes contributed
   mk_simd_view view;              // filled when its rendezvous completes
+  alignas(16) unsigned char bytes[MK_SIMD_SLOT];
 };
 
 // One threadgroup being run. Lives per OS thread; reused group after group.
@@ -28,6 +33,7 @@ struct Group {
   FiberStacks stacks;
   FiberContext main;
   std::vector<Fiber> fibers;
+  std::vector<SimdSlot> slots;
   std::vector<unsigned> order;
   std::vector<std::vector<unsigned char>> exchange;  // per SIMD-group: MK_SIMD_SLOT * 32 bytes
   mk_thread_fn fn = nullptr;
@@ -35,6 +41,7 @@ struct Group {
   unsigned pos[3] = {0, 0, 0}, size[3] = {1, 1, 1};
   unsigned n = 0, current = 0, live = 0;
   unsigned k = 0;                 // position of `current` in `order` this round
+  unsigned at_simd = 0;           // fibers waiting at a SIMD rendezvous
   bool running = false;
   uint32_t shuffle_seed = 0;
   std::string fault;              // set by a fiber that asks the scheduler to raise a fault
@@ -114,28 +121,45 @@ bool resolve_simd(Group& g, unsigned sg) {
   }
   if (site < 0) return false;
   const Fiber& lead = g.fibers[site];
-  unsigned active = 0, size = lead.size;
+  unsigned active = 0, size = g.slots[site].size;
   unsigned char* buf = g.exchange[sg].data();
   for (unsigned i = first; i < last; ++i) {
     Fiber& f = g.fibers[i];
     if (f.state != State::AtSimd || f.line != lead.line || f.file != lead.file) continue;
-    if (f.size != size)
+    if (g.slots[i].size != size)
       raise_fault("SIMD-group threads disagree at " + where(f.file, f.line) + " in " + group_name() +
                   ": they exchange values of different sizes");
-    std::memcpy(buf + (i - first) * size, f.slot, size);
+    std::memcpy(buf + (i - first) * size, g.slots[i].bytes, size);
     active |= 1u << (i - first);
   }
   for (unsigned i = first; i < last; ++i) {
-    Fiber& f = g.fibers[i];
     if (!(active >> (i - first) & 1u)) continue;
-    f.view = mk_simd_view{buf, size, active, i - first, last - first};
-    f.state = State::Ready;
+    g.slots[i].view = mk_simd_view{buf, size, active, i - first, last - first};
+    g.fibers[i].state = State::Ready;
+    --g.at_simd;
   }
   return true;
 }
 
 // All live threads wait at barriers: release them, or report a divergence.
 void resolve_barrier(Group& g) {
+  // The common case in one pass: everyone alive waits at the same barrier.
+  const Fiber* first = nullptr;
+  bool uniform = true;
+  for (unsigned i = 0; i < g.n && uniform; ++i) {
+    const Fiber& f = g.fibers[i];
+    if (f.state == State::AtBarrier) {
+      if (!first) first = &f;
+      uniform = f.line == first->line && f.file == first->file;
+    } else {
+      uniform = f.state != State::Done || g.live == 0;
+    }
+  }
+  if (uniform) {
+    for (unsigned i = 0; i < g.n; ++i)
+      if (g.fibers[i].state == State::AtBarrier) g.fibers[i].state = State::Ready;
+    return;
+  }
   std::vector<unsigned> waiting, done;
   const Fiber* lead = nullptr;
   for (unsigned i = 0; i < g.n; ++i) {
@@ -189,7 +213,11 @@ void run_group(mk_thread_fn fn, void* ctx, const unsigned* position, const unsig
   g.n = nthreads;
   g.live = nthreads;
   g.fault.clear();
-  if (g.fibers.size() < nthreads) g.fibers.resize(nthreads);
+  if (g.fibers.size() < nthreads) {
+    g.fibers.resize(nthreads);
+    g.slots.resize(nthreads);
+  }
+  g.at_simd = 0;
   g.order.resize(nthreads);
   unsigned nsg = (nthreads + 31) / 32;
   if (g.exchange.size() < nsg) g.exchange.resize(nsg, std::vector<unsigned char>(MK_SIMD_SLOT * 32));
@@ -216,8 +244,12 @@ void run_group(mk_thread_fn fn, void* ctx, const unsigned* position, const unsig
     }
     if (g.live == 0) break;
     bool progressed = false;
-    for (unsigned sg = 0; sg < nsg; ++sg) progressed |= resolve_simd(g, sg);
+    if (g.at_simd)
+      for (unsigned sg = 0; sg < nsg; ++sg) progressed |= resolve_simd(g, sg);
     if (!progressed) resolve_barrier(g);
+    if (std::none_of(g.fibers.begin(), g.fibers.begin() + nthreads, [](const Fiber& f) { return f.state == State::Ready; }))
+      raise_fault("the threads of " + group_name() + " wait on one another and none can go on (a SIMD-group "
+                  "function reached by only some threads of a group that also waits at a barrier)");
   }
   g.running = false;
 }
@@ -228,12 +260,13 @@ mk_simd_view rt_simd_exchange(const void* value, unsigned size, const char* file
   Group& g = group();
   if (size > MK_SIMD_SLOT) raise_fault("a SIMD-group value is larger than 256 bytes");
   if (g.running) {
-    Fiber& f = g.fibers[g.current];
-    std::memcpy(f.slot, value, size);
-    f.size = size;
+    SimdSlot& slot = g.slots[g.current];
+    std::memcpy(slot.bytes, value, size);
+    slot.size = size;
+    ++g.at_simd;
   }
   block(State::AtSimd, file, line);
-  return g.fibers[g.current].view;
+  return g.slots[g.current].view;
 }
 
 void rt_simd_barrier(const char* file, int line) { rt_simd_exchange(nullptr, 0, file, line); }
