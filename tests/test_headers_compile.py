@@ -383,6 +383,18 @@ EXPORT void m_mixed(const float *x, float *o) {
   put(clamp(x[0], 0.0, 1.0)); put(max(x[1], 0.0)); put(float4(max(h, 0.25f)));
   packed_float4 p = v;
   put(max(p, v)); put(sin(p)); put(dot(p, v));
+  // A scalar in any argument position converts to the call's vector type.
+  put(fmin(1, v)); put(fmax(0, fmin(1, v * 0.5f + 0.5f))); put(max(0.25f, v)); put(pow(2.0f, v));
+  put(fma(v, 2.0f, 1)); put(clamp(0.5f, v, 1.0f)); put(mix(0.0f, v, 0.5f)); put(float4(min(3, int4(1, 5, -2, 3))));
+  // Explicit element-type conversions from packed vectors, and between half and bfloat.
+  packed_char4 pc(-3, 0, 5, 127);
+  put(float4(pc)); put(float2(packed_uchar2(200, 7)));
+  put(float4(half4(bfloat4(v)))); put(float4(bfloat4(half4(v)))); put(float4(bfloat4(h.x)));
+  put(float2(half2x2(matrix<bfloat, 2, 2>(bfloat2(v.xy), bfloat2(v.zw)))[1]));
+  // A matrix divided by a scalar, element by element.
+  float2x2 md = float2x2(v.xy, v.zw) / 4.0f;
+  md /= 0.5f;
+  put(md[0]); put(md[1]);
 }
 EXPORT void m_out(const float *x, float *o, int *io) {
   Out put{o};
@@ -503,6 +515,7 @@ FAIL_SNIPPETS = {
     "wrong_component_count": "float3 a = float4(1); (void)a;",
     "as_type_size_mismatch": "float f = as_type<float>(short(1)); (void)f;",
     "ambiguous_half_float_max": "half h = 1; auto m = max(h, 1.0f); (void)m;",
+    "implicit_packed_element_conversion": "packed_char4 p(1, 2, 3, 4); float4 a = p; (void)a;",
 }
 OK_SNIPPET = "float2 v = 1; float f = v.y; float2 w = v.yx; float4 u = float4(w, f, 1); (void)u;"
 
@@ -831,7 +844,7 @@ def test_math_functions(build, rng):
 def test_math_mixed_and_out_params(build, rng):
     libs, _ = build
     x = rng.uniform(-2, 2, 8).astype(np.float32)
-    o = np.zeros(64, np.float32)
+    o = np.zeros(160, np.float32)
     call(libs["math"], "m_mixed", x, o)
     v = x[:4].astype(F64)
     h = x[:4].astype(np.float16).astype(F64)
@@ -839,6 +852,11 @@ def test_math_mixed_and_out_params(build, rng):
     exp = [np.maximum(v, 0.5), np.minimum(v, 0), np.clip(v, -0.5, 0.5), v + (-v - v) * 0.25, (v >= 0.1) * 1.0,
            t * t * (3 - 2 * t), np.maximum(v, 0), np.clip(h, 0, 1), [min(max(v[0], 0), 1)], [max(v[1], 0)],
            np.maximum(h, 0.25), v, np.sin(v), [v @ v]]
+    bf = bf16_value(bf16_bits(x[:4])).astype(F64)
+    exp += [np.minimum(1, v), np.clip(v * 0.5 + 0.5, 0, 1), np.maximum(0.25, v), 2.0 ** v, v * 2 + 1,
+            np.clip(0.5, v, 1), v * 0.5, [1, 3, -2, 3], [-3, 0, 5, 127], [200, 7],
+            bf.astype(np.float16), bf16_value(bf16_bits(h.astype(np.float32))),
+            [bf16_value(bf16_bits(np.float32(h[0])))] * 4, bf[2:].astype(np.float16), v / 2]
     exp = np.concatenate([np.ravel(e) for e in exp])
     np.testing.assert_allclose(o[:len(exp)], exp, rtol=1e-6, atol=1e-6)
 

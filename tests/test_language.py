@@ -110,3 +110,145 @@ def test_unsuffixed_literals_are_float(device):
     lib.k(x, h)
     np.testing.assert_allclose(x, [np.sin(0.5) + 1.5 + 1.25, np.sin(0.5) + 3.0 + 1.25], rtol=1e-6)
     assert h.tolist() == [2.0, -1.0]
+
+
+def test_per_kernel_function_constants(device, rng):
+    lib = build("""
+    constant int mode [[function_constant(0)]];
+    constant float scale [[function_constant(1)]];
+    kernel void op(device const float* x [[buffer(0)]], device float* y [[buffer(1)]], uint i [[thread_position_in_grid]]) {
+        y[i] = mode == 0 ? x[i] * scale : (mode == 1 ? x[i] + scale : -x[i]);
+    }""", constants={"mode": 0, "scale": 3.0})
+    x = rng.standard_normal(37).astype(np.float32)
+    y = np.zeros_like(x)
+    lib.op(x, y)
+    np.testing.assert_array_equal(y, x * np.float32(3))
+    lib.specialize("op", {"mode": 1})(x, y)          # scale stays 3 from the library
+    np.testing.assert_array_equal(y, x + np.float32(3))
+    lib.specialize("op", {1: 0.5, "mode": 0})(x, y)
+    np.testing.assert_array_equal(y, x * np.float32(0.5))
+    lib.op(x, y)                                     # the library itself is unchanged
+    np.testing.assert_array_equal(y, x * np.float32(3))
+    with pytest.raises(KeyError, match="no kernel named 'nope'"):
+        lib.specialize("nope", {"mode": 1})
+
+
+def test_attribute_arguments_are_constant_expressions(device):
+    # Libraries number function constants and buffers from macros: BASE + k.
+    lib = build("""
+    #define CONST_BASE 40
+    #define SLOT(k) (2 * (k) - 1)
+    constant float gain [[function_constant(CONST_BASE + 2)]];
+    constant bool negate [[function_constant(CONST_BASE * 2 + (7 % 4) - 3)]];
+    kernel void k(device const float* x [[buffer(SLOT(1))]], device float* y [[buffer(1 << 1)]],
+                  uint i [[thread_position_in_grid]]) {
+        y[i] = (negate ? -x[i] : x[i]) * gain;
+    }""", constants={42: 2.0, 80: True})
+    assert [(a.name, a.index) for a in lib.k.args if a.kind == "buffer"] == [("x", 1), ("y", 2)]
+    x = np.arange(5, dtype=np.float32)
+    y = np.zeros_like(x)
+    lib.k(x, y)
+    assert y.tolist() == [0, -2, -4, -6, -8]
+
+
+def test_function_constant_index_from_a_variable_binds_by_name(device):
+    src = """
+    constant constexpr int first_index = 3;
+    constant int bias [[function_constant(first_index)]];
+    kernel void k(device int* y [[buffer(0)]], uint i [[thread_position_in_grid]]) { y[i] = int(i) + bias; }"""
+    y = np.zeros(3, np.int32)
+    build(src, constants={"bias": 10}).k(y)
+    assert y.tolist() == [10, 11, 12]
+
+
+def test_prepass_constant_expressions():
+    from metalkit.msl.prepass import _const_int
+    cases = {"7": 7, "0x1Fu": 31, "010": 8, "(1 + 2) * 3": 9, "-7 / 2": -3, "-7 % 2": -1, "1 << 4 | 1": 17,
+             "2 > 1 ? 5 : 6": 5, "10 - 2 - 3": 5, "!0 + ~0": 0, "true && 0": 0}
+    assert {e: _const_int(e) for e in cases} == cases
+    for bad in ("N + 1", "1 +", "", "1 / 0", "f(2)"):
+        with pytest.raises(ValueError):
+            _const_int(bad)
+
+
+def test_loop_hints_naming_macros_compile(device):
+    # clang -E leaves #pragma arguments unexpanded; the hint must not become an error.
+    lib = build("""
+    #define SMALLER(a, b) ((a) < (b) ? (a) : (b))
+    #define TERMS 4
+    template <int N>
+    float partial(device const float* x) {
+        float s = 0;
+        #pragma unroll (SMALLER(N, 8))
+        for (int k = 0; k < N; ++k) s += x[k];
+        #pragma unroll(N)
+        for (int k = 0; k < N; ++k) s += x[k];
+        #pragma clang loop unroll_count(TERMS)
+        for (int k = 0; k < N; ++k) s += x[k];
+        return s;
+    }
+    kernel void k(device const float* x [[buffer(0)]], device float* y [[buffer(1)]], uint i [[thread_position_in_grid]]) {
+        y[i] = partial<TERMS>(x + 4 * i);
+    }""")
+    x = np.arange(8, dtype=np.float32)
+    y = np.zeros(2, np.float32)
+    lib.k(x, y)
+    assert y.tolist() == [18, 66]
+
+
+@pytest.mark.parametrize("device", ["cpu"], indirect=True)  # a CPU-backend description of the parameter
+def test_void_pointer_buffers_take_bytes(device):
+    lib = build("""
+    kernel void k(device const void* src [[buffer(0)]], device void* dst [[buffer(1)]], uint i [[thread_position_in_grid]]) {
+        ((device float*)dst)[i] = 2 * ((device const float*)src)[i];
+    }""")
+    assert [(a.name, a.dtype, a.writable) for a in lib.k.args if a.kind == "buffer"] == [
+        ("src", np.dtype(np.uint8), False), ("dst", np.dtype(np.uint8), True)]
+    x = np.arange(6, dtype=np.float32)
+    y = np.zeros_like(x)
+    lib.k(x.view(np.uint8), y.view(np.uint8), grid=6)
+    assert y.tolist() == [0, 2, 4, 6, 8, 10]
+
+
+def test_host_names_from_adjacent_string_literals(device):
+    lib = build("""
+    #define HOST(kind) "negate_" #kind
+    template <typename T>
+    kernel void negate(device T* x [[buffer(0)]], uint i [[thread_position_in_grid]]) { x[i] = -x[i]; }
+    template [[host_name(HOST(f32))]] kernel void negate<float>(device float*, uint);
+    """)
+    assert lib.kernels == ["negate_f32"]
+
+
+def test_prepass_builds_only_the_kernels_asked_for():
+    text = "\n".join([
+        '# 1 "u.metal"',
+        "template <typename T> kernel void k(device T* x [[buffer(0)]], uint i [[thread_position_in_grid]]) { x[i] = 1.5; }",
+        'template [[host_name("k_f")]] kernel void k<float>(device float*, uint);',
+        'template [[host_name("k_i")]] kernel void k<int>(device int*, uint);',
+        "kernel void plain(device int* x [[buffer(0)]]) { x[0] = 2.5; }",
+        "kernel void other(device int* x [[buffer(0)]]) { x[0] = 3; }",
+    ])
+    full = prepass(text, lambda f: f == "u.metal")
+    assert [k.host_name for k in full.kernels] == ["plain", "other", "k_f", "k_i"]
+    some = prepass(text, lambda f: f == "u.metal", only={"k_i", "plain"})
+    assert [k.host_name for k in some.kernels] == ["plain", "k_i"]
+    lines = some.text.split("\n")
+    assert lines[2].strip() == ""                                  # k<float> is not instantiated
+    assert "k<int>" in lines[3] and "static constexpr" in lines[3]
+    assert "inline" not in lines[4] and lines[5].lstrip().startswith("inline void other")  # not emitted
+
+
+def test_explicit_instantiations_of_helpers_are_plain_cpp(device):
+    lib = build("""
+    template <typename T> T cube(T v) { return v * v * v; }
+    template float cube<float>(float);
+    template <typename T> struct Acc { T total; };
+    template struct Acc<int>;
+    kernel void k(device float* x [[buffer(0)]], uint i [[thread_position_in_grid]]) {
+        Acc<int> a{int(i)};
+        x[i] = cube(x[i]) + float(a.total);
+    }""")
+    x = np.array([1, 2, 3], np.float32)
+    lib.k(x)
+    assert x.tolist() == [1, 9, 29]

@@ -99,6 +99,7 @@ class _FnDef:
     attrs: list[Attr]
     scope: str
     tok: Token
+    head: int = 0               # first token of the declaration
 
 
 class _Source:
@@ -110,6 +111,7 @@ class _Source:
         self.toks: list[Token] = []
         self.files: list[str] = []
         self.edits: dict[int, list[tuple[int, int, str]]] = {}
+        self.loop_hints: list[int] = []   # user lines holding #pragma unroll / clang loop
         cur_file, cur_line, user = "<unknown>", 1, False
         for i, line in enumerate(self.lines):
             if line.startswith("#"):
@@ -120,6 +122,8 @@ class _Source:
                     if user and cur_file not in self.files:
                         self.files.append(cur_file)
                     continue
+                if user and _LOOP_HINT.match(line):
+                    self.loop_hints.append(i)
                 cur_line += 1
                 continue
             if user:
@@ -156,6 +160,36 @@ class _Source:
                 s = s[:a] + text + s[b:]
             lines[i] = s
         return "\n".join(lines)
+
+
+_LOOP_HINT = re.compile(r"#\s*pragma\s+(?:unroll|nounroll|clang\s+loop)\b")
+_LOOP_HINT_WORDS = {"pragma", "unroll", "nounroll", "clang", "loop", "unroll_count", "vectorize", "vectorize_width",
+                    "interleave", "interleave_count", "distribute", "pipeline", "pipeline_initiation_interval",
+                    "full", "enable", "disable", "assume_safety", "scalable", "fixed"}
+
+
+def _drop_unexpanded_loop_hints(src: "_Source") -> None:
+    """Blank loop hints whose argument names a macro.
+
+    ``clang -E`` prints ``#pragma unroll(MIN(a, b))`` without expanding its
+    macros, and the preprocessed text no longer defines them; a name found
+    nowhere else in that text is such a macro. The hint only tunes speed, so
+    the loop keeps its meaning without it.
+    """
+    if not src.loop_hints:
+        return
+    known = set()
+    for line in src.lines:
+        if not line.startswith("#"):
+            known.update(_IDENT.findall(line))
+    for i in src.loop_hints:
+        line = src.lines[i]
+        names = set(_IDENT.findall(line)) - _LOOP_HINT_WORDS
+        if names - known:
+            src.edits.setdefault(i, []).append((0, len(line), ""))
+
+
+_IDENT = re.compile(r"\b[A-Za-z_][A-Za-z_0-9]*\b")
 
 
 def _match(toks: list[Token], i: int, open_: str, close: str) -> int:
@@ -214,9 +248,86 @@ def _parse_attrs(toks: list[Token], a: int, b: int) -> list[Attr]:
 
 def _int_arg(src: _Source, attr: Attr, tok: Token) -> int:
     try:
-        return int(attr.args.replace(" ", "").rstrip("uUlL"), 0)
+        return _const_int(attr.args)
     except ValueError:
-        raise src.error(tok, f"[[{attr.name}({attr.args})]] needs an integer literal") from None
+        raise src.error(tok, f"[[{attr.name}({attr.args})]] needs an integer constant expression "
+                             "(literals and arithmetic)") from None
+
+
+# C operators by precedence (higher binds tighter), for attribute arguments such
+# as [[function_constant(BASE + 1)]], which are macro-expanded before they reach us.
+_BINARY = {
+    "*": 10, "/": 10, "%": 10, "+": 9, "-": 9, "<<": 8, ">>": 8, "<": 7, "<=": 7, ">": 7, ">=": 7,
+    "==": 6, "!=": 6, "&": 5, "^": 4, "|": 3, "&&": 2, "||": 1,
+}
+
+
+def _const_int(text: str) -> int:
+    """Value of an integer constant expression made of literals (ValueError otherwise)."""
+    toks = [t.text for t in tokenize_line(text, 0)]
+    pos = 0
+
+    def peek() -> str:
+        return toks[pos] if pos < len(toks) else ""
+
+    def take() -> str:
+        nonlocal pos
+        if pos >= len(toks):
+            raise ValueError(text)
+        pos += 1
+        return toks[pos - 1]
+
+    def primary() -> int:
+        t = take()
+        if t == "(":
+            v = expr(0)
+            if take() != ")":
+                raise ValueError(text)
+            return v
+        if t in ("-", "+", "~", "!"):
+            v = primary()
+            return {"-": -v, "+": v, "~": ~v, "!": int(not v)}[t]
+        if t in ("true", "false"):
+            return int(t == "true")
+        lit = t.replace("'", "").rstrip("uUlL")
+        if re.fullmatch(r"0[0-7]+", lit):
+            return int(lit, 8)
+        return int(lit, 0)  # decimal, 0x.., 0b..; anything else raises ValueError
+
+    def binary(op: str, a: int, b: int) -> int:
+        if op in ("/", "%"):
+            if b == 0:
+                raise ValueError(text)
+            q = abs(a) // abs(b) * (1 if (a < 0) == (b < 0) else -1)  # C truncates toward zero
+            return q if op == "/" else a - q * b
+        return int({"*": lambda: a * b, "+": lambda: a + b, "-": lambda: a - b, "<<": lambda: a << b,
+                    ">>": lambda: a >> b, "<": lambda: a < b, "<=": lambda: a <= b, ">": lambda: a > b,
+                    ">=": lambda: a >= b, "==": lambda: a == b, "!=": lambda: a != b, "&": lambda: a & b,
+                    "^": lambda: a ^ b, "|": lambda: a | b, "&&": lambda: bool(a and b),
+                    "||": lambda: bool(a or b)}[op]())
+
+    def expr(min_prec: int) -> int:
+        v = primary()
+        while True:
+            op = peek()
+            if op == "?" and min_prec == 0:
+                take()
+                a = expr(0)
+                if take() != ":":
+                    raise ValueError(text)
+                b = expr(0)
+                v = a if v else b
+                continue
+            prec = _BINARY.get(op)
+            if prec is None or prec <= min_prec:
+                return v
+            take()
+            v = binary(op, v, expr(prec))
+
+    value = expr(0)
+    if pos != len(toks):
+        raise ValueError(text)
+    return value
 
 
 def _literal(value) -> str:
@@ -230,8 +341,15 @@ def _literal(value) -> str:
     raise TypeError(f"function constant values must be bool, int or float, not {type(value).__name__}")
 
 
-def prepass(text: str, is_user, constants: dict | None = None) -> Result:
+def prepass(text: str, is_user, constants: dict | None = None, only=None) -> Result:
+    """Pre-passed text and its kernels.
+
+    ``only``: host names of the kernels to build (None: all). The other template
+    instantiations are dropped and other kernel functions become ``inline``, so
+    the compiler emits no code for them: a large library builds one kernel fast.
+    """
     src = _Source(text, is_user)
+    _drop_unexpanded_loop_hints(src)
     toks = src.toks
     n = len(toks)
     constants = dict(constants or {})
@@ -326,7 +444,7 @@ def prepass(text: str, is_user, constants: dict | None = None) -> Result:
                 params = _parse_params(src, i, close, attr_at) if is_kernel else []
                 fndefs.append(_FnDef(toks[prev].text, params, (k, body_end), is_kernel, is_template,
                                      attrs_between(stmt_start, i), "::".join(s for s in scope if s != "<anon>"),
-                                     toks[prev]))
+                                     toks[prev], stmt_start))
                 _rewrite_threadgroup_storage(src, k, body_end)
                 i = body_end + 1
                 stmt_start = i
@@ -344,27 +462,37 @@ def prepass(text: str, is_user, constants: dict | None = None) -> Result:
         i += 1
 
     # 3. Function constants.
+    defined_checks: dict[str, list[int]] = {}  # name -> token index of each is_function_constant_defined(name)
+    for j in range(n - 3):
+        if (toks[j].text == "is_function_constant_defined" and toks[j + 1].text == "("
+                and toks[j + 3].text == ")"):
+            defined_checks.setdefault(toks[j + 2].text, []).append(j)
     for k, (end, attrs) in list(attr_at.items()):
         fc = [a for a in attrs if a.name == "function_constant"]
         if not fc:
             continue
         consumed.add(k)
-        idx = _int_arg(src, fc[0], toks[k])
+        try:
+            idx = _const_int(fc[0].args)
+        except ValueError:
+            idx = None  # e.g. a constexpr variable: the constant can still be bound by name
         name_tok = toks[k - 1]
         semi = end + 1
         if semi >= n or toks[semi].text != ";" or name_tok.kind != "id":
             raise src.error(toks[k], "a function constant is declared as `constant T name [[function_constant(i)]];`")
-        key = name_tok.text if name_tok.text in constants else idx if idx in constants else None
+        # Given by name and by index (a library's value and a per-kernel override):
+        # the later entry wins.
+        keys = [c for c in constants
+                if c == name_tok.text or (idx is not None and c == idx and not isinstance(c, bool))]
+        key = keys[-1] if keys else None
         if key is not None:
-            used_constants.add(key)
+            used_constants.update(keys)
             src.replace(k, end, f"= {_literal(constants[key])}")
         else:
             src.replace(k, end, "{}")
         defined = key is not None
-        for j in range(n - 3):
-            if (toks[j].text == "is_function_constant_defined" and toks[j + 1].text == "("
-                    and toks[j + 2].text == name_tok.text and toks[j + 3].text == ")"):
-                src.replace(j, j + 3, "true" if defined else "false")
+        for j in defined_checks.get(name_tok.text, ()):
+            src.replace(j, j + 3, "true" if defined else "false")
     unknown = [k for k in constants if k not in used_constants]
     if unknown:
         raise MslError("<constants>", 0, 0, f"no function constant named or numbered {unknown[0]!r} in the source; "
@@ -375,26 +503,46 @@ def prepass(text: str, is_user, constants: dict | None = None) -> Result:
     by_name = {}
     for f in fndefs:
         by_name.setdefault(f.name, f)
+    dropped: set[int] = set()  # tokens of kernels left out by `only`, already rewritten
     for f in fndefs:
         if f.is_kernel and not f.is_template:
-            host = next((a.args.strip('" ') for a in f.attrs if a.name == "host_name"), f.name)
+            host = next((_host_name(a) for a in f.attrs if a.name == "host_name"), f.name)
             qual = f"::{f.scope}::{f.name}" if f.scope else f"::{f.name}"
             kernels.append(Kernel(host, "&" + qual, f.params, *src.where(f.tok)[:2], _max_threads(src, f),
                                   function=f.name))
+            if only is not None and host not in only:
+                for h in range(f.head, f.body[0]):
+                    if toks[h].text == "kernel" and toks[h].kind == "id":
+                        src.replace(h, h, "inline")  # no launcher refers to it: not emitted
+                        dropped.add(h)
     for a, b in instantiations:
-        kernels.append(_instantiation(src, a, b, attr_at, kernel_marks, by_name, fndefs, len(kernels)))
+        if not any(k in kernel_marks for k in range(a, b)) and not any(
+                x.name == "host_name" for k, (_, al) in attr_at.items() if a <= k < b for x in al):
+            continue  # an explicit instantiation of a helper function or class
+        kernel, decl = _instantiation(src, a, b, attr_at, kernel_marks, by_name, fndefs, len(kernels))
+        kernels.append(kernel)
+        if only is not None and kernel.host_name not in only:
+            src.blank(a, b)  # no explicit instantiation: no code for it
+            dropped.update(range(a, b + 1))
+            consumed.update(k for k in attr_at if a <= k <= b)
+        else:
+            src.edits.setdefault(decl[0], []).append(decl[1])
     names = {}
     for k in kernels:
         if k.host_name in names:
             raise MslError(k.file, k.line, 1, f"two kernels are named {k.host_name!r}; give each a distinct name")
         names[k.host_name] = k
     _mark_sync(kernels, fndefs, by_name, toks)
+    if only is not None:
+        kernels = [k for k in kernels if k.host_name in only]
 
     # 5. Keywords, last, so they never hide a kernel or an attribute from the scans above.
     for k, (end, _) in attr_at.items():
         if k not in consumed:
             src.blank(k, end)
     for i, t in enumerate(toks):
+        if i in dropped:
+            continue
         if t.kind == "num":
             _float_literal(src, t)
             continue
@@ -517,11 +665,11 @@ def _max_threads(src: _Source, f: _FnDef) -> int:
     return 1024
 
 
-def _instantiation(src: _Source, a: int, b: int, attr_at, kernel_marks, by_name, fndefs, serial) -> Kernel:
-    """`template [[host_name("x")]] kernel DECL;` -> a Kernel and a pointer declaration."""
+def _instantiation(src: _Source, a: int, b: int, attr_at, kernel_marks, by_name, fndefs, serial):
+    """`template [[host_name("x")]] kernel DECL;` -> a Kernel, and the edit declaring its pointer."""
     toks = src.toks
     attrs = [x for k, (_, al) in attr_at.items() if a <= k < b for x in al]
-    host = next((x.args.strip('" ') for x in attrs if x.name == "host_name"), None)
+    host = next((_host_name(x) for x in attrs if x.name == "host_name"), None)
     # The declarator-id: the last name at paren depth 0 followed by <...>, ( or ;.
     name_i, targs_end, depth = None, None, 0
     k = a + 1
@@ -582,10 +730,20 @@ def _instantiation(src: _Source, a: int, b: int, attr_at, kernel_marks, by_name,
     # Declared in place (same scope as the instantiation), on the same line.
     decl = f" static constexpr {' '.join(w for w in words if w)} = {ref};"
     last = toks[b]
-    src.edits.setdefault(last.line, []).append((last.col + 1, last.col + 1, decl))
     qual = f"::{tmpl.scope}::{ptr}" if tmpl.scope else f"::{ptr}"
-    return Kernel(host, qual, tmpl.params, *src.where(toks[name_i])[:2], _max_threads(src, tmpl),
-                  function=fname)
+    return (Kernel(host, qual, tmpl.params, *src.where(toks[name_i])[:2], _max_threads(src, tmpl), function=fname),
+            (last.line, (last.col + 1, last.col + 1, decl)))
+
+
+_STRING = re.compile(r'"((?:[^"\\]|\\.)*)"')
+
+
+def _host_name(attr: Attr) -> str:
+    """The name in [[host_name("...")]]; adjacent literals ("a" "b", as macros make them) are joined."""
+    parts = _STRING.findall(attr.args)
+    if parts and _STRING.sub("", attr.args).strip() == "":
+        return "".join(parts)
+    return attr.args.strip('" ')
 
 
 def _mark_sync(kernels: list[Kernel], fndefs: list[_FnDef], by_name, toks: list[Token]) -> None:

@@ -57,8 +57,6 @@ template <class R, class M> __MK_F R mk_bool(M m) {
   else return R(raw, to_bool<vinfo<R>::n>(m));
 }
 
-template <class A, class B, bool Bcast>
-constexpr bool fp2_ok = is_fvec<A> && (same_vec<A, B> || (Bcast && __is_arithmetic(B)));
 } // namespace __mk
 } // namespace metal
 
@@ -76,27 +74,27 @@ constexpr bool fp2_ok = is_fvec<A> && (same_vec<A, B> || (Bcast && __is_arithmet
     return __mk::fout<__mk::vec_of<V>>(__MK_OPC(F, __mk::elem_t<V>)(__mk::fin(x))); \
   }
 
-// name(T x, T y) -> T ; Bcast: y may also be a scalar when x is a vector.
+// name(T x, T y) -> T. In the vector form either argument may be a scalar:
+// MSL converts a scalar to a vector implicitly (fmin(1, v), pow(v, 2.0f)).
 #define __MK_FP2_S(T, name, F)                                                 \
   __MK_F T name(T x, T y) { return (T)__MK_OPC(F, T)((float)x, (float)y); }
-#define __MK_FP2(name, F, Bcast)                                               \
+#define __MK_FP2(name, F)                                                      \
   __MK_FPS(__MK_FP2_S, name, F)                                                \
-  template <class A, class B, __mk::req<__mk::fp2_ok<A, B, Bcast>> = 0>        \
-  __MK_F __mk::vec_of<A> name(const A &x, const B &y) {                        \
-    typedef __mk::vec_of<A> R;                                                 \
-    return __mk::fout<R>(__MK_OPC(F, __mk::elem_t<A>)(__mk::fin(x), __mk::fin(R(y)))); \
+  template <class A, class B, __mk::req<__mk::fvec_call<A, B>> = 0>            \
+  __MK_F __mk::vcall_t<A, B> name(const A &x, const B &y) {                    \
+    typedef __mk::vcall_t<A, B> R;                                             \
+    return __mk::fout<R>(__MK_OPC(F, __mk::elem_t<R>)(__mk::fin(R(x)), __mk::fin(R(y)))); \
   }
 
-// name(T x, T y, T z) -> T (all the same type).
+// name(T x, T y, T z) -> T; vector forms broadcast scalar arguments.
 #define __MK_FP3_S(T, name, F)                                                 \
   __MK_F T name(T x, T y, T z) { return (T)__MK_OPC(F, T)((float)x, (float)y, (float)z); }
 #define __MK_FP3(name, F)                                                      \
   __MK_FPS(__MK_FP3_S, name, F)                                                \
-  template <class A, class B, class C,                                         \
-            __mk::req<__mk::is_fvec<A> && __mk::same_vec<A, B> && __mk::same_vec<A, C>> = 0> \
-  __MK_F __mk::vec_of<A> name(const A &x, const B &y, const C &z) {            \
-    typedef __mk::vec_of<A> R;                                                 \
-    return __mk::fout<R>(__MK_OPC(F, __mk::elem_t<A>)(__mk::fin(x), __mk::fin(y), __mk::fin(z))); \
+  template <class A, class B, class C, __mk::req<__mk::fvec_call<A, B, C>> = 0> \
+  __MK_F __mk::vcall_t<A, B, C> name(const A &x, const B &y, const C &z) {     \
+    typedef __mk::vcall_t<A, B, C> R;                                          \
+    return __mk::fout<R>(__MK_OPC(F, __mk::elem_t<R>)(__mk::fin(R(x)), __mk::fin(R(y)), __mk::fin(R(z)))); \
   }
 
 // name(T x) -> bool / boolN
@@ -113,9 +111,10 @@ constexpr bool fp2_ok = is_fvec<A> && (same_vec<A, B> || (Bcast && __is_arithmet
   __MK_F bool name(T x, T y) { return __MK_OPC(F, T)((float)x, (float)y); }
 #define __MK_FPB2(name, F)                                                     \
   __MK_FPS(__MK_FPB2_S, name, F)                                               \
-  template <class A, class B, __mk::req<__mk::fp2_ok<A, B, false>> = 0>        \
-  __MK_F __mk::bv<A> name(const A &x, const B &y) {                            \
-    return __mk::mk_bool<__mk::bv<A>>(__MK_OPC(F, __mk::elem_t<A>)(__mk::fin(x), __mk::fin(y))); \
+  template <class A, class B, __mk::req<__mk::fvec_call<A, B>> = 0>            \
+  __MK_F __mk::bv<__mk::vcall_t<A, B>> name(const A &x, const B &y) {          \
+    typedef __mk::vcall_t<A, B> R;                                             \
+    return __mk::mk_bool<__mk::bv<R>>(__MK_OPC(F, __mk::elem_t<R>)(__mk::fin(R(x)), __mk::fin(R(y)))); \
   }
 
 // Implementation structs: op<E>(float data...) with E the result element type.

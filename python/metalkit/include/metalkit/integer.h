@@ -131,17 +131,16 @@ template <class E, class X> __MK_F X insert_bits(X base, X ins, unsigned offset,
     return R(__mk::raw, __MK_OPC(F, __mk::elem_t<V>)(R(x).__s));               \
   }
 #define __MK_I2V(name, F)                                                      \
-  template <class A, class B, __mk::req<__mk::is_ivec<A> && __mk::same_vec<A, B>> = 0> \
-  __MK_F __mk::vec_of<A> name(const A &x, const B &y) {                        \
-    typedef __mk::vec_of<A> R;                                                 \
-    return R(__mk::raw, __MK_OPC(F, __mk::elem_t<A>)(R(x).__s, R(y).__s));     \
+  template <class A, class B, __mk::req<__mk::ivec_call<A, B>> = 0>            \
+  __MK_F __mk::vcall_t<A, B> name(const A &x, const B &y) {                    \
+    typedef __mk::vcall_t<A, B> R;                                             \
+    return R(__mk::raw, __MK_OPC(F, __mk::elem_t<R>)(R(x).__s, R(y).__s));     \
   }
 #define __MK_I3V(name, F)                                                      \
-  template <class A, class B, class C,                                         \
-            __mk::req<__mk::is_ivec<A> && __mk::same_vec<A, B> && __mk::same_vec<A, C>> = 0> \
-  __MK_F __mk::vec_of<A> name(const A &x, const B &y, const C &z) {            \
-    typedef __mk::vec_of<A> R;                                                 \
-    return R(__mk::raw, __MK_OPC(F, __mk::elem_t<A>)(R(x).__s, R(y).__s, R(z).__s)); \
+  template <class A, class B, class C, __mk::req<__mk::ivec_call<A, B, C>> = 0> \
+  __MK_F __mk::vcall_t<A, B, C> name(const A &x, const B &y, const C &z) {     \
+    typedef __mk::vcall_t<A, B, C> R;                                          \
+    return R(__mk::raw, __MK_OPC(F, __mk::elem_t<R>)(R(x).__s, R(y).__s, R(z).__s)); \
   }
 
 namespace metal {

@@ -45,13 +45,18 @@ template <class T, int N> struct code<metal::packed_vec<T, N>> { static constexp
 // An atomic<T> in a buffer is a T to the caller: numpy passes plain ints/floats.
 template <class T> struct code<metal::atomic<T>> { static constexpr int value = code<T>::value; static constexpr int width = 1; };
 
+// `device void*` (raw memory) is described as bytes.
+template <> struct code<void> { static constexpr int value = MK_T_U8; static constexpr int width = 1; };
+template <class E> struct layout { static constexpr mk_u64 size = sizeof(E), align = alignof(E); };
+template <> struct layout<void> { static constexpr mk_u64 size = 1, align = 1; };
+
 template <class P> constexpr mk_arg_info describe(const char* name, const char* decl, const char* builtin,
                                                   int index, int kind, int space) {
   using E = typename unconst<typename strip<P>::type>::type;
   constexpr bool ro = unconst<typename strip<P>::type>::is_const;
   return mk_arg_info{name, decl, builtin, index, kind, code<E>::value, code<E>::width, space,
                      (kind == MK_ARG_BUFFER || kind == MK_ARG_THREADGROUP) && !ro && space != MK_SPACE_CONSTANT,
-                     sizeof(E), alignof(E)};
+                     layout<E>::size, layout<E>::align};
 }
 
 // ---- per-thread builtin values ----

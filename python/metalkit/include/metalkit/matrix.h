@@ -61,6 +61,12 @@ template <typename T, int C, int R> struct matrix {
     return r;
   }
   friend __MK_CF matrix operator*(T s, const matrix &a) { return a * s; }
+  // Matrix / scalar divides each element (real MSL code relies on it).
+  friend __MK_CF matrix operator/(const matrix &a, T s) {
+    matrix r;
+    for (int c = 0; c < C; ++c) r.columns[c] = a.columns[c] / s;
+    return r;
+  }
   // Matrix * column vector: linear combination of the columns.
   friend __MK_CF vec<T, R> operator*(const matrix &m, const vec<T, C> &v) {
     vec<T, R> r = m.columns[0] * v[0];
@@ -86,6 +92,7 @@ template <typename T, int C, int R> struct matrix {
   __MK_CF matrix &operator+=(const matrix &o) { return *this = *this + o; }
   __MK_CF matrix &operator-=(const matrix &o) { return *this = *this - o; }
   __MK_CF matrix &operator*=(T s) { return *this = *this * s; }
+  __MK_CF matrix &operator/=(T s) { return *this = *this / s; }
   template <int K, __mk::req<K == C && C == R> = 0> __MK_CF matrix &operator*=(const matrix<T, K, C> &o) {
     return *this = *this * o;
   }

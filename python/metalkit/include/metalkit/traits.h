@@ -209,8 +209,18 @@ template <class V> constexpr bool is_avec = vinfo<V>::is_vec && !__is_same(elem_
 // A, B are vec-like with identical vec type (packed args decay to vec).
 template <class A, class B, bool = vinfo<A>::is_vec && vinfo<B>::is_vec> constexpr bool same_vec = false;
 template <class A, class B> constexpr bool same_vec<A, B, true> = __is_same(vec_of<A>, vec_of<B>);
-// Vector A with B either the same vector or an arithmetic scalar (broadcast).
-template <class A, class B, bool = vinfo<A>::is_vec && vinfo<B>::is_vec> constexpr bool vec_or_scalar = __is_arithmetic(B);
-template <class A, class B> constexpr bool vec_or_scalar<A, B, true> = __is_same(vec_of<A>, vec_of<B>);
+// Arguments of a component-wise function: each is the call's vector type (the
+// first vector among them) or a scalar, which MSL converts to that vector.
+template <class... A> struct first_vec { typedef void type; };
+template <class H, class... T> struct first_vec<H, T...> {
+  typedef typename conditional<vinfo<H>::is_vec, vec_of<H>, typename first_vec<T...>::type>::type type;
+};
+template <class... A> using vcall_t = typename first_vec<A...>::type;
+template <class R, class A, bool = vinfo<A>::is_vec> constexpr bool bcast_arg = __is_arithmetic(A);
+template <class R, class A> constexpr bool bcast_arg<R, A, true> = __is_same(vec_of<A>, R);
+template <class R, class... A> constexpr bool vcall_of = !__is_same(R, void) && (bcast_arg<R, A> && ...);
+template <class... A> constexpr bool fvec_call = vcall_of<vcall_t<A...>, A...> && is_fp<elem_t<vcall_t<A...>>>;
+template <class... A> constexpr bool ivec_call = vcall_of<vcall_t<A...>, A...> && is_int<elem_t<vcall_t<A...>>>;
+template <class... A> constexpr bool avec_call = vcall_of<vcall_t<A...>, A...> && !__is_same(elem_t<vcall_t<A...>>, bool);
 } // namespace __mk
 } // namespace metal

@@ -26,7 +26,17 @@ template <> struct lane<bool> { typedef unsigned char type; };
 template <class T> using lane_t = typename lane<T>::type;
 template <class T, int N> using ev = lane_t<T> __attribute__((ext_vector_type(N)));
 
-template <class T, class U> __MK_CF lane_t<T> to_lane(U u) { return (lane_t<T>)(T)u; }
+// half <-> bfloat: clang has no direct conversion between the two 16-bit
+// formats (a C-style cast is refused, and __builtin_convertvector emits an
+// invalid fptrunc that crashes the x86 backend), so go through float, which
+// holds both exactly: the result is rounded once, as a direct conversion would be.
+template <class T, class U>
+constexpr bool fp16_pair = sizeof(T) == 2 && sizeof(U) == 2 && __is_floating_point(T) && __is_floating_point(U) &&
+                           !__is_same(T, U);
+template <class T, class U> __MK_CF lane_t<T> to_lane(U u) {
+  if constexpr (fp16_pair<T, U>) return (T)(float)u;
+  else return (lane_t<T>)(T)u;
+}
 
 // Comparison masks (lanes of -1/0) to bool lanes (0/1).
 template <int N, class M> __MK_CF ev<bool, N> to_bool(M m) { return __builtin_convertvector(-m, ev<bool, N>); }
@@ -35,6 +45,8 @@ template <int N, class M> __MK_CF ev<bool, N> to_bool(M m) { return __builtin_co
 template <class T, int N, class E> __MK_CF ev<T, N> convert(E v) {
   if constexpr (__is_same(T, bool))
     return __builtin_convertvector(-(v != 0), ev<T, N>);
+  else if constexpr (fp16_pair<T, __typeof__(v[0])>)
+    return __builtin_convertvector(__builtin_convertvector(v, ev<float, N>), ev<T, N>);
   else
     return __builtin_convertvector(v, ev<T, N>);
 }
@@ -184,8 +196,9 @@ template <typename T, int N> struct vec : __mk::vstore<T, N> {
   // Value conversion from another element type; explicit as in MSL.
   template <class U, __mk::req<!__is_same(U, T)> = 0>
   __MK_CF explicit vec(const vec<U, N> &o) : __base(__mk::convert<T, N>(o.__s)) {}
-  // packed_vec converts implicitly both ways.
+  // packed_vec converts implicitly both ways; from another element type, explicitly.
   __MK_CF vec(const packed_vec<T, N> &p);
+  template <class U, __mk::req<!__is_same(U, T)> = 0> __MK_CF explicit vec(const packed_vec<U, N> &p);
 
   __MK_F T &operator[](int i) { return reinterpret_cast<T *>(this)[i]; }
   __MK_F const T &operator[](int i) const { return reinterpret_cast<const T *>(this)[i]; }
@@ -315,6 +328,9 @@ template <typename T, int N> struct packed_vec : __mk::pstore<T, N> {
 
 template <typename T, int N>
 __MK_CF vec<T, N>::vec(const packed_vec<T, N> &p) : __base(__mk::gather<T, N>(p)) {}
+template <typename T, int N>
+template <class U, __mk::req<!__is_same(U, T)>>
+__MK_CF vec<T, N>::vec(const packed_vec<U, N> &p) : __base(__mk::convert<T, N>(vec<U, N>(p).__s)) {}
 
 #undef __MK_VEC_SW
 #undef __MK_PK_SW
