@@ -123,3 +123,19 @@ def test_an_error_in_the_main_source_points_at_the_users_line(tmp_path):
 def test_locations_metal_already_gave_by_line_markers_stay():
     log = "/src/kernels/add.metal:4:5: error: expected ';'\n"
     assert relocate_log(log, '#line 1 "/src/kernels/add.metal"\nx\n', "/src/kernels/add.metal") == log
+
+
+def test_signatures_skip_names_declared_in_both_branches_of_an_if():
+    from metalkit.msl.signatures import kernel_signatures
+    text = """#include <metal_stdlib>
+using namespace metal;
+#if USE_HALF
+kernel void k(device half* x [[buffer(0)]], constant half& s [[buffer(1)]]) {}
+#else
+kernel void k(device float* x [[buffer(0)]], constant float& s [[buffer(1)]]) {}
+#endif
+kernel void other(device float* x [[buffer(0)]], constant int& n [[buffer(1)]]) {}
+"""
+    sigs = kernel_signatures(text)
+    assert list(sigs) == ["other"]
+    assert [p[0] for p in sigs["other"][2]] == ["buffer", "scalar"]

@@ -125,6 +125,16 @@ std::string run_trapped(mk_launch_fn launch, const mk_dispatch& d, uint64_t firs
     } else {
       char addr[32];
       std::snprintf(addr, sizeof addr, "0x%llx", (unsigned long long)trap.address);
+      // x86 reports an aligned vector load or store at a misaligned address as a
+      // general-protection fault: no address (SI_KERNEL), not a page fault.
+#ifdef SI_KERNEL
+      if (trap.signal == SIGSEGV && trap.code == SI_KERNEL) {
+        current_trap() = outer;
+        return "misaligned access in " + where +
+               ": a vector type (float4, half4, ...) read or written at an address that is not a multiple of its "
+               "size; cast through a packed_ type or index the vector type itself";
+      }
+#endif
       std::string arg = near_argument(spec, l, trap.address);
       result = std::string(trap.signal == SIGBUS ? "bus error" : "invalid memory access") + " at address " + addr +
                (arg.empty() ? "" : ", " + arg) + ", in " + where +

@@ -36,6 +36,7 @@ void handler(int sig, siginfo_t* info, void* uctx) {
   // Only async-signal-safe work here: the message is written after the jump.
   trap->armed = false;
   trap->signal = sig;
+  trap->code = info->si_code;
   trap->address = reinterpret_cast<uintptr_t>(info->si_addr);
   siglongjmp(trap->env, 1);
 }

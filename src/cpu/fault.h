@@ -12,7 +12,8 @@ namespace mk {
 struct FaultTrap {
   sigjmp_buf env;
   std::string message;        // a runtime fault's text, set before the jump
-  int signal = 0;             // a memory fault: the signal and the address
+  int signal = 0;             // a memory fault: the signal, its si_code and the address
+  int code = 0;
   uintptr_t address = 0;
   bool armed = false;
 };

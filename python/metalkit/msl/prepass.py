@@ -341,8 +341,11 @@ def _literal(value) -> str:
     raise TypeError(f"function constant values must be bool, int or float, not {type(value).__name__}")
 
 
-def prepass(text: str, is_user, constants: dict | None = None, only=None) -> Result:
+def prepass(text: str, is_user, constants: dict | None = None, only=None, duplicates: str = "error") -> Result:
     """Pre-passed text and its kernels.
+
+    ``duplicates="drop"``: kernels sharing a host name are left out instead of
+    being an error (text read without preprocessing holds both branches of an ``#if``).
 
     ``only``: host names of the kernels to build (None: all). The other template
     instantiations are dropped and other kernel functions become ``inline``, so
@@ -527,11 +530,15 @@ def prepass(text: str, is_user, constants: dict | None = None, only=None) -> Res
             consumed.update(k for k in attr_at if a <= k <= b)
         else:
             src.edits.setdefault(decl[0], []).append(decl[1])
-    names = {}
+    names: dict[str, Kernel] = {}
+    twice: set[str] = set()
     for k in kernels:
         if k.host_name in names:
-            raise MslError(k.file, k.line, 1, f"two kernels are named {k.host_name!r}; give each a distinct name")
+            if duplicates != "drop":
+                raise MslError(k.file, k.line, 1, f"two kernels are named {k.host_name!r}; give each a distinct name")
+            twice.add(k.host_name)
         names[k.host_name] = k
+    kernels = [k for k in kernels if k.host_name not in twice]
     _mark_sync(kernels, fndefs, by_name, toks)
     if only is not None:
         kernels = [k for k in kernels if k.host_name in only]

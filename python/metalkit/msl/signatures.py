@@ -26,7 +26,8 @@ _COMMENT_OR_LITERAL = re.compile(r'//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"|\'(?:\
 def kernel_signatures(text: str) -> Signatures:
     """Signatures of the kernels ``text`` (inlined source, see includes.py) declares; {} if it cannot be read."""
     try:
-        kernels = prepass(_as_preprocessed(text), lambda file: True).kernels
+        # Both branches of an #if are seen here: a name declared twice gets no signature.
+        kernels = prepass(_as_preprocessed(text), lambda file: True, duplicates="drop").kernels
     except (MslError, IndexError):  # unreadable here (unbalanced braces...): Metal's compiler reports what is wrong
         return {}
     return {k.host_name: (k.file, k.line, [(p.kind, p.index, p.name, p.decl, p.space)
