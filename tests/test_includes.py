@@ -126,6 +126,7 @@ def test_locations_metal_already_gave_by_line_markers_stay():
 
 
 def test_signatures_skip_names_declared_in_both_branches_of_an_if():
+    from metalkit.msl.includes import inline_includes
     from metalkit.msl.signatures import kernel_signatures
     text = """#include <metal_stdlib>
 using namespace metal;
@@ -136,6 +137,6 @@ kernel void k(device float* x [[buffer(0)]], constant float& s [[buffer(1)]]) {}
 #endif
 kernel void other(device float* x [[buffer(0)]], constant int& n [[buffer(1)]]) {}
 """
-    sigs = kernel_signatures(text)
+    sigs = kernel_signatures(inline_includes(text, "both.metal", []))
     assert list(sigs) == ["other"]
     assert [p[0] for p in sigs["other"][2]] == ["buffer", "scalar"]
