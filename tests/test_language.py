@@ -252,3 +252,40 @@ def test_explicit_instantiations_of_helpers_are_plain_cpp(device):
     x = np.array([1, 2, 3], np.float32)
     lib.k(x)
     assert x.tolist() == [1, 9, 29]
+
+
+def test_defines_choose_preprocessor_branches(device, rng):
+    src = """
+    #if defined(USE_DOUBLE_STEP) && USE_DOUBLE_STEP
+    #define STEP 2.0f
+    #else
+    #define STEP 1.0f
+    #endif
+    kernel void step(device float* x [[buffer(0)]], uint i [[thread_position_in_grid]]) { x[i] += STEP * SCALE; }
+    """
+    x = rng.standard_normal(9).astype(np.float32)
+    y = x.copy()
+    build(src, defines={"SCALE": 3})["step"](y)
+    np.testing.assert_array_equal(y, x + 3)
+    y = x.copy()
+    build(src, defines={"SCALE": "0.5f", "USE_DOUBLE_STEP": True})["step"](y)
+    np.testing.assert_array_equal(y, x + 1)
+    with pytest.raises(mk.CompileError, match="'2BAD' is not a macro name"):
+        build(src, defines={"2BAD": 1})
+
+
+def test_building_only_some_kernels(device):
+    src = """
+    kernel void a(device float* x [[buffer(0)]], uint i [[thread_position_in_grid]]) { x[i] = 1; }
+    template <typename T> kernel void b(device T* x [[buffer(0)]], uint i [[thread_position_in_grid]]) { x[i] = 2; }
+    template [[host_name("b_f")]] kernel void b<float>(device float*, uint);
+    template [[host_name("b_i")]] kernel void b<int>(device int*, uint);
+    """
+    lib = build(src, kernels=["b_i"])
+    if device == "cpu":  # Metal compiles the whole source anyway
+        assert lib.kernels == ["b_i"]
+    x = np.zeros(3, np.int32)
+    lib.b_i(x)
+    assert x.tolist() == [2, 2, 2]
+    with pytest.raises(mk.CompileError, match="kernels=: no kernel named 'nope'"):
+        build(src, kernels=["nope"])

@@ -29,7 +29,7 @@ class Library:
     """
 
     def __init__(self, core: Any, filename: str, backend: str, constants: Constants | None = None,
-                 rebuild: Callable[[dict], "Library"] | None = None):
+                 rebuild: Callable[..., "Library"] | None = None):
         self._core = core
         self.filename = filename
         self.backend = backend
@@ -55,7 +55,7 @@ class Library:
                                filename=self.filename)
         if name not in self:
             self[name]  # raises the KeyError naming the kernels
-        return self._rebuild({**self.constants, **dict(constants)})[name]
+        return self._rebuild({**self.constants, **dict(constants)}, [name])[name]
 
     @property
     def kernels(self) -> list[str]:
@@ -87,13 +87,18 @@ class Library:
 
 
 def compile(source: str, *, filename: str = "<source>", include_dirs: Iterable[str] = (),
-            constants: Constants | None = None, fast_math: bool = False) -> Library:
+            constants: Constants | None = None, fast_math: bool = False,
+            defines: Mapping[str, Any] | None = None, kernels: Iterable[str] | None = None) -> Library:
     """Compile MSL source into a Library for the current device.
 
     ``include_dirs`` are searched for ``#include "..."``; ``constants`` binds
     ``[[function_constant(i)]]`` values by name or index; ``fast_math`` allows
-    unsafe floating-point optimisations. Compiled code is cached in memory and
-    on disk, keyed by the source and options.
+    unsafe floating-point optimisations; ``defines`` sets preprocessor macros
+    (``{"USE_BF16": 1}``, as ``MTLCompileOptions.preprocessorMacros`` does);
+    ``kernels`` names the only kernels to build on the CPU backend (a large
+    file then builds in a fraction of the time; Metal compiles the whole
+    source). Compiled code is cached in memory and on disk, keyed by the
+    source and options.
 
     >>> import numpy as np, metalkit
     >>> lib = metalkit.compile('''
@@ -113,14 +118,17 @@ def compile(source: str, *, filename: str = "<source>", include_dirs: Iterable[s
     backend = _device.current()
     include_dirs = tuple(str(d) for d in include_dirs)
     consts = dict(constants or {})
+    defines = dict(defines or {})
+    only = None if kernels is None else tuple(sorted(set(kernels)))
     key = (backend, source, filename, include_dirs, tuple(sorted((repr(k), repr(v)) for k, v in consts.items())),
-           fast_math)
+           fast_math, tuple(sorted((k, repr(v)) for k, v in defines.items())), only)
 
-    def rebuild(c: dict) -> Library:
-        return compile(source, filename=filename, include_dirs=include_dirs, constants=c, fast_math=fast_math)
+    def rebuild(c: dict, names: Iterable[str] | None = only) -> Library:
+        return compile(source, filename=filename, include_dirs=include_dirs, constants=c, fast_math=fast_math,
+                       defines=defines, kernels=names)
     if backend == "cpu":
         from . import _core, msl
-        path = msl.build(source, filename, include_dirs, consts, fast_math)
+        path = msl.build(source, filename, include_dirs, consts, fast_math, defines, only)
         key = key + (path,)
         with _lock:
             lib = _libraries.get(key)
@@ -128,19 +136,25 @@ def compile(source: str, *, filename: str = "<source>", include_dirs: Iterable[s
                 lib = _libraries[key] = Library(_core.load_cpu_library(path), filename, backend, consts, rebuild)
         return lib
     from . import _metal
+    from .msl.defines import define_lines
     from .msl.includes import inline_includes
-    text = inline_includes(source, filename, include_dirs)
+    text = define_lines(defines) + inline_includes(source, filename, include_dirs)
     key = key + (text,)  # the headers as they are now: an edited header makes a new library
     with _lock:
         lib = _libraries.get(key)
         if lib is None:
             lib = _libraries[key] = Library(
                 _metal.compile_source(text, source, filename, consts, fast_math), filename, backend, consts, rebuild)
+    missing = sorted(set(only or ()) - set(lib.kernels))
+    if missing:  # Metal compiles every kernel; the names are still checked, as on the CPU
+        raise CompileError(f"kernels=: no kernel named {missing[0]!r} in {filename}; check the name "
+                           "(a template is named by its host_name instantiations)", filename=filename)
     return lib
 
 
 def load(path: Union[str, os.PathLike], *, include_dirs: Iterable[str] = (), constants: Constants | None = None,
-         fast_math: bool = False) -> Library:
+         fast_math: bool = False, defines: Mapping[str, Any] | None = None,
+         kernels: Iterable[str] | None = None) -> Library:
     """Compile a ``.metal`` file; its own folder is searched first for ``#include "..."``.
 
     A precompiled ``.metallib`` loads on the Metal backend only; its kernels
@@ -159,7 +173,7 @@ def load(path: Union[str, os.PathLike], *, include_dirs: Iterable[str] = (), con
     except OSError as e:
         raise CompileError(f"cannot read {p}: {e.strerror}", filename=str(p)) from None
     return compile(source, filename=str(p), include_dirs=(str(p.resolve().parent), *include_dirs),
-                   constants=constants, fast_math=fast_math)
+                   constants=constants, fast_math=fast_math, defines=defines, kernels=kernels)
 
 
 def _load_metallib(p: Path, constants: dict) -> Library:
@@ -177,5 +191,5 @@ def _load_metallib(p: Path, constants: dict) -> Library:
         lib = _libraries.get(key)
         if lib is None:
             lib = _libraries[key] = Library(_metal.load_metallib(str(p), constants), str(p), backend, constants,
-                                            lambda c: _load_metallib(p, c))
+                                            lambda c, names=None: _load_metallib(p, c))
     return lib

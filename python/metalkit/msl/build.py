@@ -16,6 +16,7 @@ from pathlib import Path
 
 from ..errors import CompileError
 from . import cache, codegen, toolchain
+from .defines import define_lines
 from .diagnostics import compile_error, source_line
 from .prepass import MslError, prepass
 
@@ -34,12 +35,19 @@ def _stat(path: str) -> tuple[int, int] | None:
         return None
 
 
-def build(source: str, filename: str = "<source>", include_dirs=(), constants=None, fast_math: bool = False) -> str:
-    """Path of the compiled module for this source and these options."""
+def build(source: str, filename: str = "<source>", include_dirs=(), constants=None, fast_math: bool = False,
+          defines=None, kernels=None) -> str:
+    """Path of the compiled module for this source and these options.
+
+    ``defines``: macros defined before the source; ``kernels``: host names of
+    the only kernels to build (None: all), which makes a large library quick.
+    """
     tc = toolchain.find()
     include_dirs = [os.path.abspath(d) for d in include_dirs]
     constants = dict(constants or {})
-    k = cache.key(source, filename, include_dirs, constants, fast_math, tc.identity)
+    prologue = define_lines(defines)
+    kernels = None if kernels is None else sorted(set(kernels))
+    k = cache.key(prologue + source, filename, include_dirs, constants, fast_math, tc.identity, kernels)
     hit = _memory.get(k)
     if hit and all(_stat(p) == st for p, st in hit[1].items()):
         return hit[0]
@@ -50,7 +58,7 @@ def build(source: str, filename: str = "<source>", include_dirs=(), constants=No
         so, manifest = out_dir / f"{k}.so", out_dir / f"{k}.json"
         deps = _valid_entry(so, manifest)
         if deps is None:
-            deps = _compile(tc, source, filename, include_dirs, constants, fast_math, so, manifest)
+            deps = _compile(tc, source, filename, include_dirs, constants, fast_math, so, manifest, prologue, kernels)
         _memory[k] = (str(so), {p: _stat(p) for p in deps})
         return str(so)
 
@@ -65,19 +73,24 @@ def _valid_entry(so: Path, manifest: Path) -> list[str] | None:
     return list(deps)
 
 
-def _compile(tc, source, filename, include_dirs, constants, fast_math, so: Path, manifest: Path) -> list[str]:
+def _compile(tc, source, filename, include_dirs, constants, fast_math, so: Path, manifest: Path, prologue: str,
+             kernels) -> list[str]:
     so.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=so.parent, prefix="build-") as tmp:
         src = Path(tmp) / "source.metal"
         # #line keeps every diagnostic in the user's own file name and lines.
-        src.write_text(f'#line 1 "{_escape(filename)}"\n{source}')
+        src.write_text(f'{prologue}#line 1 "{_escape(filename)}"\n{source}')
         pp = _run(tc.preprocess(str(src), include_dirs), source, filename)
         user = lambda f: f not in _NOT_USER and not f.startswith(toolchain.INCLUDE_DIR) and f != str(src)
         try:
-            result = prepass(pp, user, constants)
+            result = prepass(pp, user, constants, only=kernels)
         except MslError as e:
             raise CompileError(e.msg, filename=e.file, lineno=e.line or None, offset=e.col or None,
                                text=source_line(e.file, e.line, source, filename), log=str(e)) from None
+        missing = sorted(set(kernels or ()) - {k.host_name for k in result.kernels})
+        if missing:
+            raise CompileError(f"kernels=: no kernel named {missing[0]!r} in {filename}; check the name "
+                               "(a template is named by its host_name instantiations)", filename=filename)
         module = Path(tmp) / "module.cpp"
         module.write_text(result.text + "\n" + codegen.launchers(result.kernels))
         out = Path(tmp) / "module.so"
