@@ -210,3 +210,24 @@ def test_argspec_description(device):
     assert (n.kind, n.dtype) == ("scalar", np.int32)
     assert (i.kind, i.builtin) == ("builtin", "thread_position_in_grid")
     assert lib.k.max_threads_per_threadgroup >= 256 and lib.k.simd_width == 32
+
+
+def test_enum_parameters_and_enum_fields(device, rng):
+    lib = build("""
+    enum class Op : ushort { add = 0, mul = 1, neg = 2 };
+    enum Flags : uint { none = 0, square = 4 };
+    struct Config { Op op; Flags flags; float k; };
+    kernel void apply(device float* x [[buffer(0)]], constant Op& op [[buffer(1)]],
+                      constant Config& cfg [[buffer(2)]], uint i [[thread_position_in_grid]]) {
+        float v = op == Op::add ? x[i] + cfg.k : (op == Op::mul ? x[i] * cfg.k : -x[i]);
+        x[i] = (cfg.flags & square) ? v * v : v;
+    }""")
+    op_arg = lib.apply.args[1]
+    assert (op_arg.kind, op_arg.dtype, op_arg.msl_type) == ("scalar", np.uint16, "ushort")
+    config = np.dtype([("op", "u2"), ("flags", "u4"), ("k", "f4")], align=True)
+    x = rng.standard_normal(16).astype(np.float32)
+    y = x.copy()
+    lib.apply(y, 1, np.array((0, 4, 2.0), config)[()])
+    np.testing.assert_allclose(y, (x * 2) ** 2, rtol=1e-6)
+    with pytest.raises(mk.ArgumentError, match="out of range for ushort"):
+        lib.apply(y, -1, np.array((0, 0, 1.0), config)[()])

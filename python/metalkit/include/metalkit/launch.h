@@ -50,11 +50,16 @@ template <> struct code<void> { static constexpr int value = MK_T_U8; static con
 template <class E> struct layout { static constexpr mk_u64 size = sizeof(E), align = alignof(E); };
 template <> struct layout<void> { static constexpr mk_u64 size = 1, align = 1; };
 
+// An enum travels as its underlying integer type.
+template <class T, bool = __is_enum(T)> struct plain { using type = T; };
+template <class T> struct plain<T, true> { using type = __underlying_type(T); };
+
 template <class P> constexpr mk_arg_info describe(const char* name, const char* decl, const char* builtin,
                                                   int index, int kind, int space) {
   using E = typename unconst<typename strip<P>::type>::type;
+  using C = typename plain<E>::type;
   constexpr bool ro = unconst<typename strip<P>::type>::is_const;
-  return mk_arg_info{name, decl, builtin, index, kind, code<E>::value, code<E>::width, space,
+  return mk_arg_info{name, decl, builtin, index, kind, code<C>::value, code<C>::width, space,
                      (kind == MK_ARG_BUFFER || kind == MK_ARG_THREADGROUP) && !ro && space != MK_SPACE_CONSTANT,
                      layout<E>::size, layout<E>::align};
 }
