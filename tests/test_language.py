@@ -289,3 +289,25 @@ def test_building_only_some_kernels(device):
     assert x.tolist() == [2, 2, 2]
     with pytest.raises(mk.CompileError, match="kernels=: no kernel named 'nope'"):
         build(src, kernels=["nope"])
+
+
+def test_pragmas_metal_accepts(device, rng):
+    lib = build("""
+    #pragma METAL internals : enable
+    #pragma clang diagnostic push
+    #pragma clang diagnostic ignored "-Wunused-variable"
+    kernel void k(device float* x [[buffer(0)]], uint i [[thread_position_in_grid]]) {
+        float unused = 1.0f;
+        float acc = 0.0f;
+        #pragma unroll
+        for (int j = 0; j < 4; ++j) acc += x[i] * float(j);
+        #pragma clang loop unroll(full)
+        for (int j = 0; j < 2; ++j) acc += 1.0f;
+        x[i] = acc;
+    }
+    #pragma clang diagnostic pop
+    """)
+    x = rng.standard_normal(10).astype(np.float32)
+    want = x * 6 + 2
+    lib.k(x)
+    np.testing.assert_allclose(x, want, rtol=1e-6)
