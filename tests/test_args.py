@@ -231,3 +231,37 @@ def test_enum_parameters_and_enum_fields(device, rng):
     np.testing.assert_allclose(y, (x * 2) ** 2, rtol=1e-6)
     with pytest.raises(mk.ArgumentError, match="out of range for ushort"):
         lib.apply(y, -1, np.array((0, 0, 1.0), config)[()])
+
+
+def test_scalars_keep_their_alignment(device):
+    lib = build("""
+    struct alignas(32) Wide { float v[8]; };
+    kernel void al(device long4* y [[buffer(0)]], constant float& a [[buffer(1)]], constant long4& q [[buffer(2)]],
+                   constant Wide& w [[buffer(3)]], device float* z [[buffer(4)]], uint i [[thread_position_in_grid]]) {
+        y[i] = q * long(a);
+        for (int k = 0; k < 8; ++k) z[k] = w.v[k];
+    }""")
+    y = np.zeros(4, np.int64)
+    z = np.zeros(8, np.float32)
+    w = np.arange(8, dtype=np.float32) * 1.5
+    lib.al(y, 2.0, (1, -2, 3, -4), w, z, grid=1)
+    assert y.tolist() == [2, -4, 6, -8] and z.tolist() == w.tolist()
+
+
+def test_object_arrays_and_float_overflow_are_refused(device):
+    lib = build("""
+    struct P { float a; uint b; };
+    kernel void sp(device P* x [[buffer(0)]], constant float& f [[buffer(1)]], uint i [[thread_position_in_grid]]) {
+        x[i].a = f;
+    }""")
+    objects = np.array([(None,), (None,)], dtype=[("o", "O")])
+    with pytest.raises(mk.ArgumentError, match="cannot take an array holding Python objects"):
+        lib.sp(objects, 1.0)
+    good = np.zeros(2, np.dtype([("a", "f4"), ("b", "u4")]))
+    for big in (3.4028235e38 * 1.00000008, 1e39, -1e300):
+        with pytest.raises(mk.ArgumentError, match="out of range for float"):
+            lib.sp(good, big)
+    lib.sp(good, 3.4028234e38)
+    assert good["a"][0] == np.float32(3.4028234e38)
+    lib.sp(good, float("inf"))  # infinities and NaNs are values, not overflows
+    assert np.isinf(good["a"][0])

@@ -93,7 +93,7 @@ def test_threadgroup_memory_checks(device):
     x = np.arange(64, dtype=np.float32)
     with pytest.raises(mk.DispatchError, match=r"parameter 'tmp' .* needs a size; pass threadgroup_memory=\{0: nbytes\}"):
         lib.k(x)
-    with pytest.raises(mk.DispatchError, match="exceeds the 32768 bytes"):
+    with pytest.raises(mk.DispatchError, match=r"threadgroup_memory\[0\] must be a number of bytes from 0 to 32768"):
         lib.k(x, threadgroup_memory={0: 40000})
     with pytest.raises(mk.DispatchError, match=r"no \[\[threadgroup\(3\)\]\] parameter"):
         lib.k(x, threadgroup_memory={0: 256, 3: 16})
@@ -114,3 +114,27 @@ def test_missing_kernel_name(device):
         lib["other"]
     with pytest.raises(AttributeError, match="no kernel named 'other'"):
         lib.other
+
+
+def test_keyword_values_of_the_wrong_kind_are_named_errors(device):
+    lib = build("""
+    kernel void k(device float* x [[buffer(0)]], threadgroup float* a [[threadgroup(0)]],
+                  threadgroup float* b [[threadgroup(1)]], uint i [[thread_position_in_grid]]) { x[i] += 1.0f; }""")
+    x = np.zeros(8, np.float32)
+    tgm = {0: 16, 1: 16}
+    lib.k(x, grid=np.array([8]), threadgroup=np.int64(4), threadgroup_memory=tgm)  # numpy ints are ints
+    assert x.tolist() == [1.0] * 8
+    for bad in (np.array(4.0), np.array([[1, 2]]), 2**70, 2.5, True):
+        with pytest.raises(mk.DispatchError, match="kernel 'k': grid must be an int or a tuple of up to 3 ints"):
+            lib.k(x, grid=bad, threadgroup_memory=tgm)
+    with pytest.raises(mk.ArgumentError, match="check= takes True or False"):
+        lib.k(x, check=np.array([1, 2]), threadgroup_memory=tgm)
+    with pytest.raises(mk.ArgumentError, match="shuffle= takes an int seed"):
+        lib.k(x, shuffle=np.array([1, 2]), threadgroup_memory=tgm)
+    with pytest.raises(mk.DispatchError, match=r"threadgroup_memory\[0\] must be a number of bytes from 0 to 32768"):
+        lib.k(x, threadgroup_memory={0: 2**63 - 1, 1: 2**63 - 1})
+    with pytest.raises(mk.DispatchError, match=r"threadgroup_memory keys are \[\[threadgroup\(i\)\]\] indices"):
+        lib.k(x, threadgroup_memory={0: 16, 1: 16, "a": 1})
+    with pytest.raises(mk.DispatchError, match=r"more than metalkit dispatches at once \(2\^48\)"):
+        lib.k(x, grid=(2**31, 2**31, 2**31), threadgroup_memory=tgm)
+    assert x.tolist() == [1.0] * 8  # no failed call ran the kernel

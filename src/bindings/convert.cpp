@@ -74,16 +74,20 @@ void put_float(const std::string& k, const ArgSpec& s, py::handle v, void* dst) 
     PyErr_Clear();
     fail(k, s, "got a value that does not convert to float");
   }
-  double limit = s.type == MK_T_F16 ? 65504.0 : 3.4028234663852886e38;
-  if (std::isfinite(d) && std::fabs(d) > limit * (1 + 1e-7))
-    fail(k, s, "got " + std::string(py::str(v)) + ", out of range for " + msl_type_name(s.type));
-  float f = float(d);
-  if (s.type == MK_T_F32) {
-    std::memcpy(dst, &f, 4);
-  } else {
-    uint16_t h = s.type == MK_T_F16 ? float_to_half(f) : float_to_bfloat(f);
-    std::memcpy(dst, &h, 2);
+  // Out of range is a finite value that rounds to infinity in the parameter's type.
+  const bool finite = std::isfinite(d);
+  float f = std::fabs(d) > 3.5e38 && finite ? INFINITY : float(d);
+  uint16_t h = 0;
+  bool inf = std::isinf(f);
+  if (s.type != MK_T_F32) {
+    h = s.type == MK_T_F16 ? float_to_half(f) : float_to_bfloat(f);
+    inf = (h & 0x7FFFu) == (s.type == MK_T_F16 ? 0x7C00u : 0x7F80u);
   }
+  if (finite && inf) fail(k, s, "got " + std::string(py::str(v)) + ", out of range for " + msl_type_name(s.type));
+  if (s.type == MK_T_F32)
+    std::memcpy(dst, &f, 4);
+  else
+    std::memcpy(dst, &h, 2);
 }
 
 void put_element(const std::string& k, const ArgSpec& s, py::handle v, void* dst) {

@@ -28,16 +28,39 @@ py::object dtype_for(int type) {
   return py::dtype(numpy_type_name(type));
 }
 
+// An int from a Python int or numpy integer, or nullopt (a bool, an array, a
+// float, or a value outside int64 is not one).
+std::optional<int64_t> as_int(py::handle x) {
+  if (PyBool_Check(x.ptr()) || !PyIndex_Check(x.ptr())) return std::nullopt;
+  PyObject* i = PyNumber_Index(x.ptr());  // fails for arrays of more than one element
+  if (!i) {
+    PyErr_Clear();
+    return std::nullopt;
+  }
+  int overflow = 0;
+  long long v = PyLong_AsLongLongAndOverflow(i, &overflow);
+  Py_DECREF(i);
+  if (overflow || (v == -1 && PyErr_Occurred())) {
+    PyErr_Clear();
+    return std::nullopt;
+  }
+  return int64_t(v);
+}
+
 std::vector<int64_t> int_list(const std::string& kernel, const char* what, py::handle v) {
   std::vector<int64_t> out;
   auto one = [&](py::handle x) {
-    if (PyBool_Check(x.ptr()) || !PyIndex_Check(x.ptr()))
+    std::optional<int64_t> i = as_int(x);
+    if (!i)
       throw DispatchError("kernel '" + kernel + "': " + what + " must be an int or a tuple of up to 3 ints, got " +
-                          std::string(py::str(py::type::of(x).attr("__name__"))));
-    out.push_back(py::reinterpret_steal<py::int_>(PyNumber_Index(x.ptr())).cast<int64_t>());
+                          std::string(py::str(py::repr(x))).substr(0, 60));
+    out.push_back(*i);
   };
   if (PyTuple_Check(v.ptr()) || PyList_Check(v.ptr())) {
     for (auto x : py::reinterpret_borrow<py::sequence>(v)) one(x);
+  } else if (py::detail::npy_api::get().PyArray_Check_(v.ptr()) &&
+             py::reinterpret_borrow<py::array>(v).ndim() == 1) {
+    for (auto x : py::reinterpret_borrow<py::array>(v).attr("tolist")()) one(x);  // grid=np.array(shape)
   } else {
     one(v);
   }
@@ -45,10 +68,9 @@ std::vector<int64_t> int_list(const std::string& kernel, const char* what, py::h
 }
 
 uint32_t shuffle_seed(const std::string& kernel, py::handle v) {
-  if (PyBool_Check(v.ptr()) || !PyIndex_Check(v.ptr()))
-    throw ArgumentError("kernel '" + kernel + "': shuffle= takes an int seed (0 runs threads in index order)");
-  int64_t x = py::reinterpret_steal<py::int_>(PyNumber_Index(v.ptr())).cast<int64_t>();
-  return x == 0 ? 0u : (uint32_t(x) ? uint32_t(x) : 1u);
+  std::optional<int64_t> x = as_int(v);
+  if (!x) throw ArgumentError("kernel '" + kernel + "': shuffle= takes an int seed (0 runs threads in index order)");
+  return *x == 0 ? 0u : (uint32_t(*x) ? uint32_t(*x) : 1u);
 }
 
 }  // namespace
@@ -76,7 +98,10 @@ PyKernel::PyKernel(std::shared_ptr<KernelImpl> impl) : impl_(std::move(impl)) {
   for (int p : order) {
     Slot s{p, dtype_for(args[p].type), 0};
     if (args[p].kind == ArgKind::Scalar) {
-      scratch_bytes_ = (scratch_bytes_ + 15) / 16 * 16;
+      // Each scalar at its own alignment (clang uses aligned vector moves for a long4 or an alignas(32) struct).
+      const uint64_t align = std::max<uint64_t>(16, args[p].elem_align);
+      scratch_bytes_ = (scratch_bytes_ + align - 1) / align * align;
+      scratch_align_ = std::max(scratch_align_, align);
       s.scalar_offset = scratch_bytes_;
       scratch_bytes_ += std::max<uint64_t>(args[p].elem_size, 16);
     }
@@ -108,6 +133,9 @@ bool PyKernel::check_array(const ArgSpec& s, const Slot& slot, py::handle obj) c
   bool ok;
   if (s.type == MK_T_STRUCT) {
     py::dtype dt = py::reinterpret_borrow<py::dtype>(reinterpret_cast<PyObject*>(a->descr));
+    if (dt.attr("hasobject").cast<bool>())
+      throw ArgumentError("kernel '" + kname + "': " + describe_param(s) +
+                          " cannot take an array holding Python objects; use a dtype of plain numbers");
     ok = dt.kind() == 'V' && uint64_t(dt.itemsize()) == s.elem_size;
   } else if (slot.dtype.is_none()) {
     throw ArgumentError("kernel '" + kname + "': " + describe_param(s) +
@@ -203,7 +231,11 @@ py::object PyKernel::call(py::args args, py::kwargs kwargs) {
     } else if (key == "threadgroup_memory") {
       tgmem = item.second;
     } else if (key == "check") {  // None: the METALKIT_CHECK default
-      if (!item.second.is_none()) check = PyObject_IsTrue(item.second.ptr()) == 1;
+      if (!item.second.is_none()) {
+        if (!PyBool_Check(item.second.ptr()))
+          throw ArgumentError("kernel '" + sp.name + "': check= takes True or False (or None for METALKIT_CHECK)");
+        check = item.second.ptr() == Py_True;
+      }
     } else if (key == "shuffle") {  // None: the METALKIT_SHUFFLE default; 0: in order
       if (!item.second.is_none()) shuffle = shuffle_seed(sp.name, item.second);
     } else {
@@ -221,9 +253,10 @@ py::object PyKernel::call(py::args args, py::kwargs kwargs) {
   alignas(64) unsigned char local[1024];
   std::vector<unsigned char> heap;
   unsigned char* scratch = local;
-  if (scratch_bytes_ > sizeof(local)) {
-    heap.resize(scratch_bytes_ + 64);
-    scratch = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(heap.data()) + 63) & ~uintptr_t(63));
+  if (scratch_bytes_ > sizeof(local) || scratch_align_ > 64) {
+    heap.resize(scratch_bytes_ + scratch_align_);
+    const uintptr_t a = scratch_align_;
+    scratch = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(heap.data()) + a - 1) / a * a);
   }
   // 1. Check every argument. Nothing is copied, queued or run before all pass.
   std::vector<ArrayArg> arrays;
@@ -263,14 +296,21 @@ py::object PyKernel::call(py::args args, py::kwargs kwargs) {
     if (!sizes.contains(key))
       throw DispatchError("kernel '" + sp.name + "': " + describe_param(s) +
                           " needs a size; pass threadgroup_memory={" + std::to_string(s.index) + ": nbytes}");
-    int64_t n = py::cast<int64_t>(sizes[key]);
-    if (n < 0) throw DispatchError("kernel '" + sp.name + "': threadgroup_memory sizes must be >= 0");
+    std::optional<int64_t> n = as_int(sizes[key]);
+    if (!n || *n < 0 || uint64_t(*n) > kMaxThreadgroupMemory)
+      throw DispatchError("kernel '" + sp.name + "': threadgroup_memory[" + std::to_string(s.index) +
+                          "] must be a number of bytes from 0 to 32768, got " +
+                          std::string(py::str(py::repr(sizes[key]))).substr(0, 40));
     launch.args[p].tg_offset = uint32_t(tg_total);
-    launch.args[p].nbytes = size_t(n);
-    tg_total += (uint64_t(n) + 15) / 16 * 16;  // Metal rounds each length up to 16 bytes
+    launch.args[p].nbytes = size_t(*n);
+    tg_total += (uint64_t(*n) + 15) / 16 * 16;  // Metal rounds each length up to 16 bytes
   }
   for (auto item : sizes) {
-    int64_t idx = py::cast<int64_t>(item.first);
+    std::optional<int64_t> key = as_int(item.first);
+    if (!key)
+      throw DispatchError("kernel '" + sp.name + "': threadgroup_memory keys are [[threadgroup(i)]] indices (ints), got " +
+                          std::string(py::str(py::repr(item.first))).substr(0, 40));
+    int64_t idx = *key;
     bool known = std::any_of(threadgroup_params_.begin(), threadgroup_params_.end(),
                              [&](int p) { return sp.args[p].index == idx; });
     if (!known)

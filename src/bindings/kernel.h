@@ -42,6 +42,7 @@ class PyKernel {
   std::vector<Slot> slots_;    // ordered by buffer index
   std::vector<int> threadgroup_params_;
   uint64_t scratch_bytes_ = 0;
+  uint64_t scratch_align_ = 16;  // the largest scalar alignment
 };
 
 }  // namespace mk

@@ -1,6 +1,7 @@
 #include "geometry.h"
 
 #include <algorithm>
+#include <cstdio>
 
 #include "errors.h"
 
@@ -51,6 +52,14 @@ Geometry plan_geometry(const std::string& kernel, std::optional<Dims3> grid, std
                         std::to_string(max_threads) +
                         " per threadgroup (Kernel.max_threads_per_threadgroup); pass a smaller threadgroup=");
   for (int i = 0; i < 3; ++i) g.ngroups.v[i] = g.grid.v[i] == 0 ? 0 : (g.grid.v[i] - 1) / g.tg.v[i] + 1;
+  // Products of three 32-bit sizes can pass 2^64: bound the total first.
+  const double total = double(g.grid.v[0]) * g.grid.v[1] * g.grid.v[2];
+  if (total > double(uint64_t(1) << 48)) {
+    char n[32];
+    std::snprintf(n, sizeof n, "%.3g", total);
+    throw DispatchError("kernel '" + kernel + "': grid " + dims_str(g.grid) + " has " + n +
+                        " threads, more than metalkit dispatches at once (2^48); split the work into several calls");
+  }
   return g;
 }
 

@@ -104,7 +104,10 @@ std::string run_trapped(mk_launch_fn launch, const mk_dispatch& d, uint64_t firs
   set_shuffle_seed(seed);
   FaultTrap trap;
   trap.message.reserve(256);
-  FaultTrap* outer = current_trap();
+  struct Restore {  // on every way out, an exception included
+    FaultTrap* outer = current_trap();
+    ~Restore() { current_trap() = outer; }
+  } restore;
   current_trap() = &trap;
   std::string result;
   if (sigsetjmp(trap.env, 0) == 0) {
@@ -129,12 +132,15 @@ std::string run_trapped(mk_launch_fn launch, const mk_dispatch& d, uint64_t firs
       // general-protection fault: no address (SI_KERNEL), not a page fault.
 #ifdef SI_KERNEL
       if (trap.signal == SIGSEGV && trap.code == SI_KERNEL) {
-        current_trap() = outer;
         return "misaligned access in " + where +
                ": a vector type (float4, half4, ...) read or written at an address that is not a multiple of its "
                "size; cast through a packed_ type or index the vector type itself";
       }
 #endif
+      if (trap.code <= 0)
+        return "invalid memory access in " + where +
+               " (the address is unknown: a SIGSEGV handler installed after metalkit's ran first); an index is "
+               "probably out of bounds (check=True runs on guarded copies)";
       std::string arg = near_argument(spec, l, trap.address);
       result = std::string(trap.signal == SIGBUS ? "bus error" : "invalid memory access") + " at address " + addr +
                (arg.empty() ? "" : ", " + arg) + ", in " + where +
@@ -142,7 +148,6 @@ std::string run_trapped(mk_launch_fn launch, const mk_dispatch& d, uint64_t firs
                             : "; check the kernel's bounds");
     }
   }
-  current_trap() = outer;
   return result;
 }
 
@@ -204,7 +209,14 @@ class CpuKernel : public KernelImpl {
     const uint32_t seed = l.shuffle_seed;
     ThreadPool::instance().run(groups, chunk, [&](uint64_t first, uint64_t last) {
       if (failed.load(std::memory_order_relaxed)) return;
-      std::string why = run_trapped(launch, d, first, last, seed, spec_, l);
+      std::string why;
+      try {
+        why = run_trapped(launch, d, first, last, seed, spec_, l);
+      } catch (const std::exception& e) {  // the pool's work must not throw: make it this call's fault
+        bool overflow;
+        abandon_group(0, &overflow);
+        why = std::string("the simulator could not run the kernel: ") + e.what();
+      }
       if (!why.empty()) {
         std::lock_guard<std::mutex> lk(fault_lock);
         if (!failed.exchange(true)) fault = std::move(why);

@@ -15,29 +15,35 @@ namespace {
 
 struct sigaction previous_segv, previous_bus;
 
+// Not ours: hand the signal to whoever handled it before us.
+void pass_on(int sig, siginfo_t* info, void* uctx) {
+  const struct sigaction& prev = sig == SIGSEGV ? previous_segv : previous_bus;
+  if (prev.sa_flags & SA_SIGINFO) {
+    prev.sa_sigaction(sig, info, uctx);
+    return;
+  }
+  if (prev.sa_handler == SIG_IGN) return;
+  if (prev.sa_handler != SIG_DFL) {
+    prev.sa_handler(sig);
+    return;
+  }
+  signal(sig, SIG_DFL);
+  raise(sig);
+}
+
 void handler(int sig, siginfo_t* info, void* uctx) {
   FaultTrap* trap = current_trap();
   if (!trap || !trap->armed) {
-    // Not kernel code: hand the signal to whoever handled it before us.
-    const struct sigaction& prev = sig == SIGSEGV ? previous_segv : previous_bus;
-    if (prev.sa_flags & SA_SIGINFO) {
-      prev.sa_sigaction(sig, info, uctx);
-      return;
-    }
-    if (prev.sa_handler == SIG_IGN) return;
-    if (prev.sa_handler != SIG_DFL) {
-      prev.sa_handler(sig);
-      return;
-    }
-    signal(sig, SIG_DFL);
-    raise(sig);
+    pass_on(sig, info, uctx);
     return;
   }
   // Only async-signal-safe work here: the message is written after the jump.
   trap->armed = false;
   trap->signal = sig;
   trap->code = info->si_code;
-  trap->address = reinterpret_cast<uintptr_t>(info->si_addr);
+  // si_code <= 0: re-raised by a handler installed after ours (Python's
+  // faulthandler does this), which lost the faulting address.
+  trap->address = info->si_code > 0 ? reinterpret_cast<uintptr_t>(info->si_addr) : 0;
   siglongjmp(trap->env, 1);
 }
 

@@ -18,8 +18,9 @@ struct FaultTrap {
   bool armed = false;
 };
 
-// Installs the process-wide signal handlers once (chaining to any previous ones)
-// and gives this thread an alternate signal stack, so a stack overflow can be reported.
+// Installs the process-wide SIGSEGV/SIGBUS handlers once (chaining to the
+// previous ones) and gives this thread an alternate signal stack, so a stack
+// overflow can be reported.
 void prepare_fault_handling();
 
 // The trap of the calling thread while it runs kernel code, or nullptr.

@@ -3,7 +3,6 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include <new>
 
 namespace mk {
 
@@ -144,8 +143,11 @@ void* FiberStacks::top(size_t i) {
   while (blocks_.size() <= i) {
     size_t guard = page_size();
     void* p = mmap(nullptr, guard + kStackBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) throw std::bad_alloc();
-    mprotect(p, guard, PROT_NONE);  // below the stack: an overflow faults here
+    if (p == MAP_FAILED) return nullptr;
+    if (mprotect(p, guard, PROT_NONE) != 0) {  // below the stack: an overflow faults here
+      munmap(p, guard + kStackBytes);
+      return nullptr;
+    }
     blocks_.push_back(static_cast<char*>(p));
   }
   return blocks_[i] + page_size() + kStackBytes;

@@ -31,7 +31,8 @@ class FiberStacks {
  public:
   static constexpr size_t kStackBytes = size_t(256) << 10;
   ~FiberStacks();
-  // Stack i (0-based), allocating more as needed. Returns its top and bottom.
+  // The top of stack i (0-based), allocating more as needed; nullptr if the
+  // system refuses more mappings (the caller reports it as a fault).
   void* top(size_t i);
   // Whether addr lies in one of the guard pages.
   bool in_guard(uintptr_t addr) const;

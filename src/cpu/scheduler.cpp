@@ -224,8 +224,11 @@ void run_group(mk_thread_fn fn, void* ctx, const unsigned* position, const unsig
   for (unsigned i = 0; i < nthreads; ++i) {
     g.order[i] = i;
     g.fibers[i].state = State::Ready;
-    fiber_init(g.fibers[i].ctx, g.stacks.top(i), FiberStacks::kStackBytes, fiber_main,
-               reinterpret_cast<void*>(uintptr_t(i)));
+    void* stack = g.stacks.top(i);
+    if (!stack)
+      raise_fault("cannot map " + std::to_string(nthreads) + " fiber stacks for " + group_name() +
+                  " (the system's limit on memory mappings, e.g. vm.max_map_count); use smaller threadgroups");
+    fiber_init(g.fibers[i].ctx, stack, FiberStacks::kStackBytes, fiber_main, reinterpret_cast<void*>(uintptr_t(i)));
   }
   g.running = true;
   uint64_t round = 0;
