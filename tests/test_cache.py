@@ -56,7 +56,7 @@ def test_changed_source_or_header_recompiles(kernel_dir, tmp_path_factory):
     assert run(kernel_dir, cache, "build") == str([float(i + 2) for i in range(8)])
     (kernel_dir / "inc.h").write_text("constant float ADD = 10.0f;\n")
     assert run(kernel_dir, cache, "build") == str([float(i + 20) for i in range(8)])
-    assert len(list((cache / "cpu").glob("*.so"))) == 2  # the header edit rebuilt the same key in place
+    assert len(list((cache / "cpu").glob("*.so"))) == 2  # the header edit replaced that key's module
 
 
 def test_in_process_cache_returns_the_same_library():
@@ -64,3 +64,17 @@ def test_in_process_cache_returns_the_same_library():
     src = f"// {uuid.uuid4().hex}\n#include <metal_stdlib>\nkernel void k(device float* x [[buffer(0)]]) {{}}\n"
     assert mk.compile(src) is mk.compile(src)
     assert mk.compile(src) is not mk.compile(src + "\n")
+
+
+def test_header_edit_in_the_same_process_gives_a_new_library(tmp_path):
+    import numpy as np
+    import metalkit as mk
+    (tmp_path / "v.h").write_text("constant float V = 1.0f;\n")
+    src = (f"// {uuid.uuid4().hex}\n#include <metal_stdlib>\nusing namespace metal;\n#include \"v.h\"\n"
+           "kernel void k(device float* x [[buffer(0)]], uint i [[thread_position_in_grid]]) { x[i] = V; }\n")
+    x = np.zeros(2, np.float32)
+    mk.compile(src, include_dirs=[tmp_path]).k(x)
+    assert x.tolist() == [1.0, 1.0]
+    (tmp_path / "v.h").write_text("constant float V = 2.0f;\n")
+    mk.compile(src, include_dirs=[tmp_path]).k(x)
+    assert x.tolist() == [2.0, 2.0]

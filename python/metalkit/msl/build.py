@@ -54,29 +54,31 @@ def build(source: str, filename: str = "<source>", include_dirs=(), constants=No
     with _lock:
         key_lock = _key_locks.setdefault(k, threading.Lock())
     with key_lock:
-        out_dir = cache.cache_dir()
-        so, manifest = out_dir / f"{k}.so", out_dir / f"{k}.json"
-        deps = _valid_entry(so, manifest)
-        if deps is None:
-            deps = _compile(tc, source, filename, include_dirs, constants, fast_math, so, manifest, prologue, kernels)
+        manifest = cache.cache_dir() / f"{k}.json"
+        entry = _valid_entry(manifest)
+        if entry is None:
+            entry = _compile(tc, source, filename, include_dirs, constants, fast_math, manifest, prologue, kernels)
+        so, deps = entry
         _memory[k] = (str(so), {p: _stat(p) for p in deps})
         return str(so)
 
 
-def _valid_entry(so: Path, manifest: Path) -> list[str] | None:
+def _valid_entry(manifest: Path) -> tuple[Path, list[str]] | None:
+    """The module a manifest names, if it exists and every file it included is unchanged."""
     try:
-        deps = json.loads(manifest.read_text())["deps"]
-    except (OSError, ValueError, KeyError):
+        entry = json.loads(manifest.read_text())
+        so, deps = manifest.parent / entry["module"], entry["deps"]
+    except (OSError, ValueError, KeyError, TypeError):
         return None
     if not so.exists() or any(cache.file_digest(p) != digest for p, digest in deps.items()):
         return None
-    return list(deps)
+    return so, list(deps)
 
 
-def _compile(tc, source, filename, include_dirs, constants, fast_math, so: Path, manifest: Path, prologue: str,
-             kernels) -> list[str]:
-    so.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=so.parent, prefix="build-") as tmp:
+def _compile(tc, source, filename, include_dirs, constants, fast_math, manifest: Path, prologue: str,
+             kernels) -> tuple[Path, list[str]]:
+    manifest.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=manifest.parent, prefix="build-") as tmp:
         src = Path(tmp) / "source.metal"
         # #line keeps every diagnostic in the user's own file name and lines.
         src.write_text(f'{prologue}#line 1 "{_escape(filename)}"\n{source}')
@@ -96,11 +98,21 @@ def _compile(tc, source, filename, include_dirs, constants, fast_math, so: Path,
         out = Path(tmp) / "module.so"
         _run(tc.compile(str(module), str(out), fast_math), source, filename)
         deps = {f: cache.file_digest(f) for f in result.files if f != filename and os.path.isfile(f)}
+        # Named by what it was built from, included files too: a process that
+        # already loaded the previous build gets a new module, not dlopen's old one.
+        so = manifest.with_name(f"{manifest.stem}-{cache.digest(json.dumps(sorted(deps.items())))[:12]}.so")
         os.replace(out, so)
         tmp_manifest = Path(tmp) / "manifest.json"
-        tmp_manifest.write_text(json.dumps({"deps": deps, "kernels": [k.host_name for k in result.kernels]}))
+        tmp_manifest.write_text(json.dumps({"module": so.name, "deps": deps,
+                                            "kernels": [k.host_name for k in result.kernels]}))
+        try:
+            previous = manifest.parent / json.loads(manifest.read_text())["module"]
+        except (OSError, ValueError, KeyError, TypeError):
+            previous = None
         os.replace(tmp_manifest, manifest)
-    return list(deps)
+        if previous is not None and previous != so:
+            previous.unlink(missing_ok=True)  # a process that has it loaded keeps its mapping
+    return so, list(deps)
 
 
 def _escape(s: str) -> str:

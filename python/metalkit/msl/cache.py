@@ -16,7 +16,7 @@ from pathlib import Path
 
 from .toolchain import INCLUDE_DIR
 
-FORMAT = 1  # bump when the layout of cache entries changes
+FORMAT = 2  # bump when the layout of cache entries changes
 
 
 def cache_dir() -> Path:
@@ -62,6 +62,10 @@ def key(source: str, filename: str, include_dirs: list[str], constants: dict, fa
     parts = [FORMAT, source, filename, include_dirs, sorted((repr(k), repr(v)) for k, v in constants.items()),
              fast_math, compiler, _metalkit_version(), _cpu_fingerprint(), kernels]
     return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:32]
+
+
+def digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def file_digest(path: str) -> str | None:
