@@ -20,7 +20,7 @@ class Kernel:
                  threadgroup_memory: Optional[Mapping[int, int]] = None, check: Optional[bool] = None,
                  shuffle: Optional[int] = None) -> None:
         """Run and wait. CPU simulator options: ``check=True`` runs every array on a copy
-        between inaccessible pages (an out-of-bounds index raises KernelFault naming the
+        ending right below an inaccessible page (an index past the end raises KernelFault naming the
         parameter; the caller's arrays are untouched); ``shuffle=seed`` runs each group's
         threads in a seeded random order (0: index order) to expose missing barriers.
         Defaults come from METALKIT_CHECK and METALKIT_SHUFFLE."""
