@@ -1077,3 +1077,47 @@ def test_expected_compile_failures(build):
         rc, out = res["f_" + name]
         assert rc != 0, f"{name} should not compile"
         assert "error" in out
+
+
+# -- metal::array, metal::uniform, names the standard library leaves to users ----------------
+
+def test_array_and_uniform_types(device):
+    import metalkit as mk
+    lib = mk.compile("""
+    #include <metal_stdlib>
+    #include <metal_array>
+    #include <metal_uniform>
+    using namespace metal;
+    array<int, 2> divmod(int a, int b) { return {a / b, a % b}; }
+    kernel void k(device int* out [[buffer(0)]], constant int& n [[buffer(1)]],
+                  uint i [[thread_position_in_grid]]) {
+        array<int, 2> q = divmod(int(i) + 7, 3);
+        const uniform<int> total = make_uniform(n);
+        const uniform<int> half_total = total / make_uniform(2);  // uniform op uniform: uniform
+        int mixed = half_total + int(i);                          // with a plain int: a plain int
+        out[i] = q[0] * 100 + q[1] * 10 + int(q.size()) + (q.empty() ? 1000 : 0) + mixed * 10000;
+    }""")
+    out = np.zeros(5, np.int32)
+    lib.k(out, 8)
+    i = np.arange(5)
+    np.testing.assert_array_equal(out, (i + 7) // 3 * 100 + (i + 7) % 3 * 10 + 2 + (4 + i) * 10000)
+
+
+def test_library_may_define_trait_names_metal_lacks(device):
+    # MSL's <metal_type_traits> has no is_empty or void_t: code defines its own in namespace metal.
+    import metalkit as mk
+    lib = mk.compile("""
+    #include <metal_stdlib>
+    namespace metal {
+    template <typename T> struct is_empty : bool_constant<__is_empty(T)> {};
+    template <typename... Ts> struct make_void { typedef void type; };
+    template <typename... Ts> using void_t = typename make_void<Ts...>::type;
+    }
+    struct Nothing {};
+    static_assert(metal::is_empty<Nothing>::value && !metal::is_empty<int>::value, "");
+    static_assert(metal::is_same_v<metal::remove_addrspace_t<device float>, float>, "");
+    kernel void k(device int* out [[buffer(0)]]) { out[0] = metal::is_empty<Nothing>::value; }
+    """)
+    out = np.zeros(1, np.int32)
+    lib.k(out, grid=1)
+    assert out[0] == 1

@@ -311,3 +311,73 @@ def test_pragmas_metal_accepts(device, rng):
     want = x * 6 + 2
     lib.k(x)
     np.testing.assert_allclose(x, want, rtol=1e-6)
+
+
+def test_parameters_that_exist_only_with_a_function_constant(device):
+    src = """
+    constant bool has_bias [[function_constant(0)]];
+    kernel void k(device float* x [[buffer(0)]],
+                  device const float* bias [[buffer(1), function_constant(has_bias)]],
+                  constant float& scale [[buffer(2)]],
+                  uint i [[thread_position_in_grid]]) {
+        x[i] = x[i] * scale + (has_bias ? bias[i] : 0.0);
+    }
+    """
+    with_bias = build(src, constants={"has_bias": True})
+    assert [a.name for a in with_bias.k.args if a.kind != "builtin"] == ["x", "bias", "scale"]
+    x = np.arange(4, dtype=np.float32)
+    with_bias.k(x, np.full(4, 0.5, np.float32), 2.0)
+    np.testing.assert_array_equal(x, np.arange(4) * 2 + 0.5)
+    # false (or not given): the parameter is not there and is not bound
+    for constants in ({"has_bias": False}, None):
+        without = build(src, constants=constants)
+        assert [a.name for a in without.k.args if a.kind != "builtin"] == ["x", "scale"]
+        x = np.arange(4, dtype=np.float32)
+        without.k(x, 3.0)
+        np.testing.assert_array_equal(x, np.arange(4) * 3)
+
+
+def test_overloads_on_address_spaces(device):
+    # MSL overloads on the address space of `this` and of parameters; the CPU keeps one of each.
+    lib = build("""
+    struct Acc {
+        float v;
+        Acc() thread : v(1) {}
+        Acc() threadgroup : v(1) {}
+        Acc(float x) device : v(x) {}
+        Acc(float x) thread : v(x) {}
+        float get() thread { return v; }
+        float get() device { return v; }
+        float get() constant { return v; }
+        float twice() const thread { return 2 * v; }
+        float twice() const constant { return 2 * v; }
+    };
+    template <typename T> struct elem {};
+    template <typename T> struct elem<thread T*> { typedef T type; };
+    template <typename T> struct elem<device T*> { typedef T type; };
+    template <typename T> struct elem<threadgroup T*> { typedef T type; };
+    void bump(thread float& x) { x += 1; }
+    void bump(device float& x) { x += 1; }
+    kernel void k(device float* out [[buffer(0)]], uint i [[thread_position_in_grid]]) {
+        typename elem<device float*>::type f = 3;
+        Acc a(f);
+        Acc b;
+        bump(out[i]);
+        out[i] += a.get() + b.twice();
+    }
+    """)
+    out = np.zeros(3, np.float32)
+    lib.k(out)
+    np.testing.assert_array_equal(out, [6, 6, 6])
+
+
+def test_max_threads_attribute_of_a_template_kernel(device):
+    lib = build("""
+    template <int WM, int WN>
+    [[kernel, max_total_threads_per_threadgroup(WM * WN * 32)]]
+    void k(device int* out [[buffer(0)]], uint i [[thread_position_in_grid]]) { out[i] = WM * WN; }
+    template [[host_name("k22")]] [[kernel]] void k<2, 2>(device int*, uint);
+    """)
+    out = np.zeros(4, np.int32)
+    lib.k22(out)
+    assert (out == 4).all()

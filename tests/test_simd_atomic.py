@@ -838,3 +838,20 @@ def test_simdgroup_matrix_in_several_simdgroups(device, rng):
     c = np.zeros((k, 8, 8), np.float32)
     lib.k(a, b, c, grid=k * 32, threadgroup=96)
     np.testing.assert_array_equal(c, a @ b)
+
+
+def test_simdgroup_matrix_product_operator(device, rng):
+    # `a * b` on two SIMD-group matrices is their matrix product, like simdgroup_multiply
+    lib = build("""
+    kernel void chain(device const float* x [[buffer(0)]], device const float* y [[buffer(1)]],
+                      device float* out [[buffer(2)]]) {
+        simdgroup_float8x8 X, Y;
+        simdgroup_load(X, x);
+        simdgroup_load(Y, y);
+        simdgroup_float8x8 Z = (X * Y) * X;
+        simdgroup_store(Z, out);
+    }""")
+    x, y = (rng.integers(-3, 4, (8, 8)).astype(np.float32) / 2 for _ in range(2))
+    out = np.zeros((8, 8), np.float32)
+    lib.chain(x, y, out, grid=32, threadgroup=32)
+    np.testing.assert_array_equal(out, (x @ y) @ x)

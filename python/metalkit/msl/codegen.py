@@ -50,22 +50,30 @@ def launchers(kernels: list[Kernel]) -> str:
         out.append(f"using __mk_F{n} = decltype({fp});")
         rows = []
         for i, p in enumerate(k.params):
+            if not p.present:
+                continue  # [[function_constant(c)]] with c false: no argument to bind
             rows.append(f"  mk::describe<mk::param_t<__mk_F{n}, {i}>>({_c_string(p.name)}, {_c_string(p.decl)}, "
                         f"{_c_string(p.builtin)}, {p.index}, {_KIND[p.kind]}, {p.space}),")
         out.append(f"const mk_arg_info __mk_args{n}[] = {{")
         out.extend(rows or ["  {}"])
         out.append("};")
         binds, call = [], []
+        slot = 0  # argument slot: position among the parameters in the table
         for i, p in enumerate(k.params):
             P = f"mk::param_t<__mk_F{n}, {i}>"
+            if not p.present:
+                # Never read by the kernel (it tests the same constant): null pointer, or zero.
+                call.append(f"mk::bind<{P}>::get(nullptr)" if "*" in p.decl or "&" in p.decl else f"{P}{{}}")
+                continue
             if p.kind == "builtin":
                 call.append(f"mk::builtin<{P}>({_BUILTIN[p.builtin]})")
             elif p.kind == "threadgroup":
-                binds.append(f"  {P} a{i} = ({P})(tg + (unsigned long long)d->args[{i}]);")
+                binds.append(f"  {P} a{i} = ({P})(tg + (unsigned long long)d->args[{slot}]);")
                 call.append(f"a{i}")
             else:
-                binds.append(f"  {P} a{i} = mk::bind<{P}>::get(d->args[{i}]);")
+                binds.append(f"  {P} a{i} = mk::bind<{P}>::get(d->args[{slot}]);")
                 call.append(f"a{i}")
+            slot += 1
         out.append(f"void __mk_launch{n}(const mk_dispatch* d, mk_u64 first, mk_u64 last, char* tg) {{")
         out.append("  (void)tg;")
         out.extend(binds)
@@ -78,7 +86,7 @@ def launchers(kernels: list[Kernel]) -> str:
     out.append("const mk_kernel_info __mk_kernels[] = {")
     for n, k in enumerate(kernels):
         flags = "MK_KERNEL_NEEDS_FIBERS" if k.needs_sync else "0"
-        nargs = len(k.params)
+        nargs = sum(p.present for p in k.params)
         out.append(f"  {{{_c_string(k.host_name)}, __mk_args{n}, {nargs}, {k.max_threads}, {flags}, 0, "
                    f"__mk_launch{n}, {_c_string(k.file)}, {k.line}}},")
     if not kernels:

@@ -68,6 +68,8 @@ class Param:
     kind: str          # buffer | scalar | threadgroup | builtin
     index: int         # buffer/threadgroup index, -1 for builtins
     builtin: str = ""
+    when: str = ""     # [[function_constant(when)]]: the parameter exists only if that constant is true
+    present: bool = True  # False: `when` is false or unset here; the launcher passes a null/zero value
 
 
 @dataclass
@@ -470,10 +472,11 @@ def prepass(text: str, is_user, constants: dict | None = None, only=None, duplic
         if (toks[j].text == "is_function_constant_defined" and toks[j + 1].text == "("
                 and toks[j + 3].text == ")"):
             defined_checks.setdefault(toks[j + 2].text, []).append(j)
+    fc_values: dict[str, object] = {}  # function constant -> its value here (None: not set)
     for k, (end, attrs) in list(attr_at.items()):
         fc = [a for a in attrs if a.name == "function_constant"]
-        if not fc:
-            continue
+        if not fc or (end + 1 < n and toks[end + 1].text in (",", ")")):
+            continue  # [[function_constant(name)]] on a kernel parameter: read with the parameters
         consumed.add(k)
         try:
             idx = _const_int(fc[0].args)
@@ -494,12 +497,19 @@ def prepass(text: str, is_user, constants: dict | None = None, only=None, duplic
         else:
             src.replace(k, end, "{}")
         defined = key is not None
+        fc_values[name_tok.text] = constants[key] if defined else None
         for j in defined_checks.get(name_tok.text, ()):
             src.replace(j, j + 3, "true" if defined else "false")
     unknown = [k for k in constants if k not in used_constants]
     if unknown:
         raise MslError("<constants>", 0, 0, f"no function constant named or numbered {unknown[0]!r} in the source; "
                        "declare it as `constant T name [[function_constant(i)]];` or drop it from constants=")
+
+    # A parameter declared [[function_constant(c)]] exists only when c is true.
+    for f in fndefs:
+        for p in f.params:
+            if p.when:
+                p.present = _param_present(src, f, p, fc_values)
 
     # 4. Kernels: plain definitions and host_name instantiations of templates.
     kernels: list[Kernel] = []
@@ -542,6 +552,8 @@ def prepass(text: str, is_user, constants: dict | None = None, only=None, duplic
     _mark_sync(kernels, fndefs, by_name, toks)
     if only is not None:
         kernels = [k for k in kernels if k.host_name in only]
+
+    dropped.update(_drop_address_space_overloads(src))
 
     # 5. Keywords, last, so they never hide a kernel or an attribute from the scans above.
     for k, (end, _) in attr_at.items():
@@ -633,11 +645,13 @@ def _parse_params(src: _Source, open_: int, close: int, attr_at) -> list[Param]:
         pointer = any(w.text == "*" for w in words)
         ref = any(w.text in ("&", "&&") for w in words)
         builtin = [a for a in attrs if a.name in BUILTINS]
+        when = next((a.args for a in attrs if a.name == "function_constant"), "")
         bad = [a for a in attrs if a.name in UNSUPPORTED_PARAM_ATTRS]
         if bad:
             raise src.error(ids[-1], f"[[{bad[0].name}]] parameters (textures, samplers, stage_in) are not supported "
                                      "by the CPU backend; pass data as device buffers")
-        unknown = [a for a in attrs if a.name not in BUILTINS and a.name not in ("buffer", "threadgroup", "id")]
+        unknown = [a for a in attrs
+                   if a.name not in BUILTINS and a.name not in ("buffer", "threadgroup", "id", "function_constant")]
         if unknown:
             raise src.error(ids[-1], f"unknown parameter attribute [[{unknown[0].name}]] on '{name}'")
         if builtin:
@@ -646,7 +660,7 @@ def _parse_params(src: _Source, open_: int, close: int, attr_at) -> list[Param]:
         tg = [a for a in attrs if a.name == "threadgroup"]
         if tg or space == SPACES["threadgroup"]:
             idx = _int_arg(src, tg[0], ids[-1]) if tg else 0
-            params.append(Param(name, decl, space, "threadgroup", idx))
+            params.append(Param(name, decl, space, "threadgroup", idx, when=when))
             continue
         buf = [a for a in attrs if a.name == "buffer"]
         idx = _int_arg(src, buf[0], ids[-1]) if buf else next_buffer
@@ -655,19 +669,158 @@ def _parse_params(src: _Source, open_: int, close: int, attr_at) -> list[Param]:
             kind = "buffer"
         else:
             kind = "scalar"
-        params.append(Param(name, decl, space, kind, idx))
+        params.append(Param(name, decl, space, kind, idx, when=when))
     seen = {}
     for p in params:
-        if p.kind in ("buffer", "scalar"):
+        if p.kind in ("buffer", "scalar") and not p.when:
             if p.index in seen:
                 raise src.error(toks[open_], f"parameters '{seen[p.index]}' and '{p.name}' both use [[buffer({p.index})]]")
             seen[p.index] = p.name
     return params
 
 
+_ACCESS = ("public", "private", "protected")
+
+
+def _drop_address_space_overloads(src: _Source) -> set[int]:
+    """Functions overloaded only on address spaces (``f() thread`` / ``f() device``, ``g(thread T&)`` /
+    ``g(device T&)``).
+
+    MSL may declare one such function per address space; on the CPU there is one
+    address space, so once the keywords are blanked they would redeclare each other.
+    Per scope and signature the one naming no address space but ``thread`` is kept
+    (else the first) and the others are blanked. Returns the blanked tokens.
+    """
+    toks = src.toks
+    n = len(toks)
+    encl, stack = [-1] * n, []
+    for i, t in enumerate(toks):
+        if t.text == "}" and stack:
+            stack.pop()
+        encl[i] = stack[-1] if stack else -1
+        if t.text == "{":
+            stack.append(i)
+    groups: dict[tuple, list[tuple[bool, int, int]]] = {}
+    fixed: set[int] = set()
+    i = 0
+    while i < n:
+        if toks[i].text in ("struct", "class", "union") and i + 2 < n and toks[i + 2].text == "<":
+            # A partial specialization per address space: template <class T> struct S<device T*> {...};
+            try:
+                close = _match_angle(toks, i + 2)
+            except IndexError:
+                close = n
+            body = close + 1
+            while body < n and toks[body].text not in ("{", ";"):
+                body += 1
+            spaces = [t.text for t in toks[i + 2:close] if t.kind == "id" and t.text in ("thread", "threadgroup",
+                                                                                         "device")]
+            if body < n and toks[body].text == "{" and spaces:
+                start = i
+                while start > 0 and encl[start - 1] == encl[i] and toks[start - 1].text not in (";", "{", "}"):
+                    start -= 1
+                key = (encl[i], " ".join(t.text for t in toks[start:body]
+                                         if not (t.kind == "id" and t.text in ("thread", "threadgroup", "device"))))
+                groups.setdefault(key, []).append((all(sp == "thread" for sp in spaces), start,
+                                                   _match(toks, body, "{", "}")))
+            i += 1
+            continue
+        if toks[i].text != ")":
+            i += 1
+            continue
+        e = i + 1  # past trailing qualifiers to the body, a constructor's initializers, or `;`
+        while e < n and (toks[e].text in _TRAILING or toks[e].text in SPACES):
+            e += 1
+        if e >= n or toks[e].text not in ("{", ":", ";"):
+            i += 1
+            continue
+        k, depth = i, 0
+        while k > 0:  # the matching "("
+            depth += (toks[k].text == ")") - (toks[k].text == "(")
+            if depth == 0:
+                break
+            k -= 1
+        if k == 0 or toks[k - 1].text in _NOT_A_FUNCTION or not (
+                toks[k - 1].kind == "id" or toks[k - 2].text == "operator" or toks[k - 1].text == ">"):
+            i += 1
+            continue
+        start = k
+        while start > 0 and encl[start - 1] == encl[i] and toks[start - 1].text not in (";", "{", "}") and not (
+                toks[start - 1].text == ":" and toks[start - 2].text in _ACCESS):
+            start -= 1
+        body = e
+        while body < n and toks[body].text not in ("{", ";"):
+            body = _match(toks, body, "(", ")") + 1 if toks[body].text == "(" else body + 1
+        if body >= n:
+            break
+        end = _match(toks, body, "{", "}") if toks[body].text == "{" else body
+        head = toks[start:e]
+        for j in range(i + 1, e):  # `constant` after a constructor or a `const`: C++ has no word for it
+            if toks[j].text == "constant" and (toks[j - 1].text == "const" or toks[j + 1].text == "const"
+                                               or toks[k - 1].text == _class_name(toks, encl[i])):
+                src.blank(j, j)
+                fixed.add(j)
+        spaces = [t.text for t in head if t.kind == "id" and t.text in SPACES]
+        if spaces:
+            # `f() constant` (this in constant memory) is an overload like `f() device`.
+            words = [("const" if t.text == "constant" else t.text) for j, t in enumerate(head, start)
+                     if not (t.kind == "id" and (t.text in ("thread", "threadgroup", "device") or
+                                                 (t.text == "constant" and j > i)))]
+            key = (encl[i], " ".join(w for j, w in enumerate(words) if not (w == "const" and j and words[j - 1] == w)))
+            groups.setdefault(key, []).append((all(sp == "thread" for sp in spaces), start, end))
+        i = end + 1
+    dropped: set[int] = set()
+    for variants in groups.values():
+        if len(variants) < 2:
+            continue
+        keep = next((v for v in variants if v[0]), variants[0])
+        for v in variants:
+            if v is not keep:
+                src.blank(v[1], v[2])
+                dropped.update(range(v[1], v[2] + 1))
+    return dropped | fixed
+
+
+def _class_name(toks: list[Token], brace: int) -> str:
+    """Name of the class whose body opens at toks[brace] ("" if it is not a class)."""
+    k = brace - 1
+    while k >= 0 and brace - k < 64 and toks[k].text not in (";", "{", "}"):
+        if toks[k].text in ("struct", "class", "union") and toks[k + 1].kind == "id":
+            return toks[k + 1].text
+        k -= 1
+    return ""
+
+
+_TRAILING = {"const", "volatile", "&", "&&", "noexcept", "override", "final"}
+_NOT_A_FUNCTION = {"if", "for", "while", "switch", "return", "sizeof", "alignof", "decltype", "catch", "static_assert",
+                   "alignas", "__attribute__", "noexcept"}
+
+
+def _param_present(src: _Source, f: _FnDef, p: Param, fc_values: dict) -> bool:
+    """Value of the condition in a parameter's [[function_constant(...)]] (an unset constant is false)."""
+    text = " ".join("1" if t.text in fc_values and fc_values[t.text] else "0" if t.text in fc_values else t.text
+                    for t in tokenize_line(p.when, 0))
+    try:
+        present = bool(_const_int(text))
+    except ValueError:
+        raise src.error(f.tok, f"[[function_constant({p.when})]] on parameter '{p.name}' must name a "
+                               "function constant declared as `constant bool c [[function_constant(i)]];`") from None
+    if present and p.kind in ("buffer", "scalar"):
+        for q in f.params:
+            if q is not p and q.present and q.kind in ("buffer", "scalar") and q.index == p.index and (
+                    not q.when or f.params.index(q) < f.params.index(p)):
+                raise src.error(f.tok, f"parameters '{q.name}' and '{p.name}' both use [[buffer({p.index})]]")
+    return present
+
+
 def _max_threads(src: _Source, f: _FnDef) -> int:
     for a in f.attrs:
         if a.name == "max_total_threads_per_threadgroup":
+            if f.is_template:
+                try:  # WM * WN * 32: a value per instantiation, which the pre-pass does not compute
+                    return _const_int(a.args)
+                except ValueError:
+                    return 1024
             return _int_arg(src, a, f.tok)
     return 1024
 

@@ -158,4 +158,12 @@ __MK_F void simdgroup_multiply_accumulate(simdgroup_matrix<D, 8, 8> &d, const si
   __mk::sgm_mma<true>(d, a, b, c, s);
 }
 
+// a * b as an expression: the matrix product (a SIMD-group collective, like simdgroup_multiply).
+template <class T>
+__MK_F simdgroup_matrix<T, 8, 8> operator*(const simdgroup_matrix<T, 8, 8> &a, const simdgroup_matrix<T, 8, 8> &b) {
+  simdgroup_matrix<T, 8, 8> d;
+  __mk::sgm_mma<false>(d, a, b, a, __mk::site::here());
+  return d;
+}
+
 } // namespace metal

@@ -31,7 +31,7 @@ template <bool B, class T, class F> using conditional_t = typename conditional<B
 template <class T, class U> struct is_same : bool_constant<__is_same(T, U)> {};
 template <class T, class U> constexpr bool is_same_v = __is_same(T, U);
 
-template <class...> using void_t = void;
+// No void_t: MSL's <metal_type_traits> has none (libraries define their own metal::void_t).
 
 template <class T> struct remove_const { typedef T type; };
 template <class T> struct remove_const<const T> { typedef T type; };
@@ -60,6 +60,10 @@ template <> struct add_rvalue_reference<void> { typedef void type; };
 template <class T> using remove_const_t = typename remove_const<T>::type;
 template <class T> using remove_volatile_t = typename remove_volatile<T>::type;
 template <class T> using remove_cv_t = typename remove_cv<T>::type;
+// remove_addrspace: T without its address space. The CPU has one address space
+// (device/thread/threadgroup are blank there, constant is const), so T itself.
+template <class T> struct remove_addrspace { typedef T type; };
+template <class T> using remove_addrspace_t = typename remove_addrspace<T>::type;
 template <class T> using remove_reference_t = typename remove_reference<T>::type;
 template <class T> using remove_pointer_t = typename remove_pointer<T>::type;
 template <class T> using remove_extent_t = typename remove_extent<T>::type;
@@ -95,7 +99,7 @@ __MK_TRAIT(is_function, __is_function(T))
 __MK_TRAIT(is_object, __is_object(T))
 __MK_TRAIT(is_scalar, __is_scalar(T))
 __MK_TRAIT(is_compound, __is_compound(T))
-__MK_TRAIT(is_empty, __is_empty(T))
+// No is_empty: MSL's <metal_type_traits> has none (libraries define their own metal::is_empty).
 __MK_TRAIT(is_pod, __is_pod(T))
 __MK_TRAIT(is_trivial, __is_trivial(T))
 __MK_TRAIT(is_trivially_copyable, __is_trivially_copyable(T))
