@@ -381,3 +381,32 @@ def test_max_threads_attribute_of_a_template_kernel(device):
     out = np.zeros(4, np.int32)
     lib.k22(out)
     assert (out == 4).all()
+
+
+def test_methods_that_synchronise_run_on_fibers(device, rng):
+    lib = build("""
+    struct Reducer {
+        float total(float v) { return simd_sum(v); }
+        void sync() const { threadgroup_barrier(mem_flags::mem_threadgroup); }
+    };
+    kernel void k(device float* x [[buffer(0)]], threadgroup float* t [[threadgroup(0)]],
+                  uint i [[thread_position_in_grid]], uint l [[thread_position_in_threadgroup]]) {
+        Reducer r;
+        t[l] = x[i];
+        r.sync();
+        x[i] = r.total(t[(l + 1) % 32]);
+    }""")
+    x = rng.integers(0, 100, 64).astype(np.float32)
+    want = np.repeat(x.reshape(2, 32).sum(1), 32)
+    lib.k(x, threadgroup=32, threadgroup_memory={0: 128})
+    np.testing.assert_array_equal(x, want)
+
+
+@pytest.mark.parametrize("snippet,match", [
+    ("kernel int k(device float* x [[buffer(0)]]) { return 1; }", "kernel function 'k' must return void"),
+    ("kernel void k(device int* x [[buffer(0)]], uint i [[thread_position_in_grid]]) { threadgroup int c = 0; x[i] = c; }",
+     "a threadgroup variable cannot have an initializer"),
+])
+def test_kernel_rules_metal_enforces(device, snippet, match):
+    with pytest.raises(mk.CompileError, match=match):
+        build(snippet)

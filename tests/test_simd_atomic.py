@@ -855,3 +855,15 @@ def test_simdgroup_matrix_product_operator(device, rng):
     out = np.zeros((8, 8), np.float32)
     lib.chain(x, y, out, grid=32, threadgroup=32)
     np.testing.assert_array_equal(out, (x @ y) @ x)
+
+
+def test_calls_on_one_line_in_divergent_branches_meet_separately(device):
+    lib = build("""
+    kernel void k(device float* x [[buffer(0)]], uint lane [[thread_index_in_simdgroup]], uint i [[thread_position_in_grid]]) {
+        float v = float(lane);
+        x[i] = lane < 16 ? simd_sum(v) : simd_max(v);
+    }""")
+    x = np.zeros(32, np.float32)
+    lib.k(x, threadgroup=32)
+    assert x[:16].tolist() == [float(sum(range(16)))] * 16  # the low half sums only itself
+    assert x[16:].tolist() == [31.0] * 16

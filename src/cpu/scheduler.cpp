@@ -18,7 +18,8 @@ struct Fiber {
   FiberContext ctx;
   State state = State::Ready;
   const char* file = nullptr;     // where it waits
-  int line = 0;
+  int line = 0, column = 0;
+  bool at(const Fiber& o) const { return line == o.line && column == o.column && file == o.file; }
 };
 
 // A thread's side of a SIMD rendezvous.
@@ -100,13 +101,14 @@ std::string thread_list(const std::vector<unsigned>& ids) {
 }
 
 // Blocks the running fiber until the scheduler makes it ready again.
-void block(State s, const char* file, int line) {
+void block(State s, const char* file, int line, int column) {
   Group& g = group();
   if (!g.running) raise_fault("a barrier or SIMD-group function was called from a kernel run without fibers");
   Fiber& f = g.fibers[g.current];
   f.state = s;
   f.file = file;
   f.line = line;
+  f.column = column;
   yield_from(g, f);
 }
 
@@ -125,7 +127,7 @@ bool resolve_simd(Group& g, unsigned sg) {
   unsigned char* buf = g.exchange[sg].data();
   for (unsigned i = first; i < last; ++i) {
     Fiber& f = g.fibers[i];
-    if (f.state != State::AtSimd || f.line != lead.line || f.file != lead.file) continue;
+    if (f.state != State::AtSimd || !f.at(lead)) continue;
     if (g.slots[i].size != size)
       raise_fault("SIMD-group threads disagree at " + where(f.file, f.line) + " in " + group_name() +
                   ": they exchange values of different sizes");
@@ -150,7 +152,7 @@ void resolve_barrier(Group& g) {
     const Fiber& f = g.fibers[i];
     if (f.state == State::AtBarrier) {
       if (!first) first = &f;
-      uniform = f.line == first->line && f.file == first->file;
+      uniform = f.at(*first);
     } else {
       uniform = f.state != State::Done || g.live == 0;
     }
@@ -174,7 +176,7 @@ void resolve_barrier(Group& g) {
   if (waiting.empty()) return;
   std::vector<unsigned> elsewhere;
   for (unsigned i : waiting)
-    if (g.fibers[i].line != lead->line || g.fibers[i].file != lead->file) elsewhere.push_back(i);
+    if (!g.fibers[i].at(*lead)) elsewhere.push_back(i);
   if (!elsewhere.empty()) {
     const Fiber& o = g.fibers[elsewhere[0]];
     raise_fault("divergent barrier in " + group_name() + ": threads wait at different threadgroup_barrier calls, " +
@@ -257,9 +259,9 @@ void run_group(mk_thread_fn fn, void* ctx, const unsigned* position, const unsig
   g.running = false;
 }
 
-void rt_barrier(const char* file, int line) { block(State::AtBarrier, file, line); }
+void rt_barrier(const char* file, int line, int column) { block(State::AtBarrier, file, line, column); }
 
-mk_simd_view rt_simd_exchange(const void* value, unsigned size, const char* file, int line) {
+mk_simd_view rt_simd_exchange(const void* value, unsigned size, const char* file, int line, int column) {
   Group& g = group();
   if (size > MK_SIMD_SLOT) raise_fault("a SIMD-group value is larger than 256 bytes");
   if (g.running) {
@@ -268,11 +270,11 @@ mk_simd_view rt_simd_exchange(const void* value, unsigned size, const char* file
     slot.size = size;
     ++g.at_simd;
   }
-  block(State::AtSimd, file, line);
+  block(State::AtSimd, file, line, column);
   return g.slots[g.current].view;
 }
 
-void rt_simd_barrier(const char* file, int line) { rt_simd_exchange(nullptr, 0, file, line); }
+void rt_simd_barrier(const char* file, int line, int column) { rt_simd_exchange(nullptr, 0, file, line, column); }
 
 void rt_fault(const char* message, const char* file, int line) {
   std::string msg = std::string(message) + (file ? " at " + where(file, line) : "");

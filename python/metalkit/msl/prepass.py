@@ -429,13 +429,15 @@ def prepass(text: str, is_user, constants: dict | None = None, only=None, duplic
             stmt_start = i
             continue
         if t.text == "(" and all(s != "" for s in scope):
-            # A function definition at namespace scope: name ( params ) ... {
+            # A function definition at namespace or class scope: name ( params ) ... {
+            # (methods count for the barrier/SIMD call graph, by name)
             try:
                 close = _match(toks, i, "(", ")")
             except IndexError:
                 raise src.error(t, "unbalanced parentheses") from None
             k = skip_attrs(close + 1)
-            while k < n and toks[k].text in ("const", "noexcept", "override", "->") or (
+            while k < n and toks[k].text in ("const", "noexcept", "override", "->", "thread", "device", "constant",
+                                             "threadgroup") or (
                     k < n and toks[k].kind == "id" and toks[k - 1].text == "->"):
                 k = skip_attrs(k + 1)
             prev = i - 1
@@ -445,10 +447,13 @@ def prepass(text: str, is_user, constants: dict | None = None, only=None, duplic
                 body_end = _match(toks, k, "{", "}")
                 head = range(stmt_start, i)
                 is_kernel = any(h in kernel_marks for h in head)
+                if is_kernel and not any(toks[h].text == "void" for h in head):
+                    raise src.error(toks[prev], f"kernel function '{toks[prev].text}' must return void")
                 is_template = toks[stmt_start].text == "template"
                 params = _parse_params(src, i, close, attr_at) if is_kernel else []
                 fndefs.append(_FnDef(toks[prev].text, params, (k, body_end), is_kernel, is_template,
-                                     attrs_between(stmt_start, i), "::".join(s for s in scope if s != "<anon>"),
+                                     attrs_between(stmt_start, i),
+                                     "::".join(s for s in scope if not s.startswith("<")),
                                      toks[prev], stmt_start))
                 _rewrite_threadgroup_storage(src, k, body_end)
                 i = body_end + 1
@@ -457,7 +462,10 @@ def prepass(text: str, is_user, constants: dict | None = None, only=None, duplic
             i = close + 1
             continue
         if t.text == "{":
-            scope.append("")
+            # A class body holds methods (scanned like functions); other braces hold statements.
+            head = {x.text for x in toks[stmt_start:i]}
+            scope.append("<class>" if head & {"struct", "class", "union"} and "enum" not in head
+                         and "=" not in head else "")
         elif t.text == "}":
             if scope:
                 scope.pop()
@@ -605,6 +613,14 @@ def _rewrite_threadgroup_storage(src: _Source, a: int, b: int) -> None:
             pointer |= depth == 0 and toks[j].text in ("*", "&", "&&")
             j += 1
         if not pointer:
+            m, depth = j, 0
+            while m < b and not (depth == 0 and toks[m].text == ";"):
+                if depth == 0 and toks[m].text in ("=", "{"):
+                    raise src.error(toks[m], "a threadgroup variable cannot have an initializer; assign it in the "
+                                             "kernel (then threadgroup_barrier) instead")
+                depth += toks[m].text in "([{"
+                depth -= toks[m].text in ")]}"
+                m += 1
             src.replace(i, i, "static thread_local")
 
 

@@ -6,7 +6,7 @@
 
 // Constants are enumerators, not macros: a module's source is preprocessed
 // before its launchers are appended, so macros from here would be gone.
-enum { MK_ABI_VERSION = 2, MK_SIMD_SLOT = 256 };
+enum { MK_ABI_VERSION = 3, MK_SIMD_SLOT = 256 };
 
 #ifdef __cplusplus
 extern "C" {
@@ -103,12 +103,13 @@ typedef struct mk_runtime {
   // dimension) as fibers until all return; fn gets each thread's linear index.
   void (*run_group)(mk_thread_fn fn, void* ctx, const unsigned* position, const unsigned* size);
   // threadgroup_barrier: every thread of the group must reach the same one.
-  void (*barrier)(const char* file, int line);
+  // Call sites are told apart by file, line and column (two calls on one line are two sites).
+  void (*barrier)(const char* file, int line, int column);
   // simdgroup_barrier: the live threads of the caller's SIMD-group meet.
-  void (*simd_barrier)(const char* file, int line);
+  void (*simd_barrier)(const char* file, int line, int column);
   // Contributes `size` bytes (<= MK_SIMD_SLOT) and waits for the live lanes
   // of the SIMD-group that reach the same call.
-  mk_simd_view (*simd_exchange)(const void* value, unsigned size, const char* file, int line);
+  mk_simd_view (*simd_exchange)(const void* value, unsigned size, const char* file, int line, int column);
   // Reports a fault found by the module's own checks; does not return.
   void (*fault)(const char* message, const char* file, int line);
 } mk_runtime;

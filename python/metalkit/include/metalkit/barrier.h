@@ -17,7 +17,7 @@ enum class mem_flags : unsigned {
 constexpr mem_flags operator|(mem_flags a, mem_flags b) { return mem_flags(unsigned(a) | unsigned(b)); }
 constexpr mem_flags operator&(mem_flags a, mem_flags b) { return mem_flags(unsigned(a) & unsigned(b)); }
 
-inline void threadgroup_barrier(mem_flags, __mk::site s = __mk::site::here()) { __mk::rt->barrier(s.file, s.line); }
-inline void simdgroup_barrier(mem_flags, __mk::site s = __mk::site::here()) { __mk::rt->simd_barrier(s.file, s.line); }
+inline void threadgroup_barrier(mem_flags, __mk::site s = __mk::site::here()) { __mk::rt->barrier(s.file, s.line, s.column); }
+inline void simdgroup_barrier(mem_flags, __mk::site s = __mk::site::here()) { __mk::rt->simd_barrier(s.file, s.line, s.column); }
 
 }  // namespace metal

@@ -12,7 +12,10 @@ inline const mk_runtime* rt = nullptr;
 struct site {
   const char* file;
   int line;
-  static constexpr site here(const char* f = __builtin_FILE(), int l = __builtin_LINE()) { return {f, l}; }
+  int column;
+  static constexpr site here(const char* f = __builtin_FILE(), int l = __builtin_LINE(), int c = __builtin_COLUMN()) {
+    return {f, l, c};
+  }
 };
 }  // namespace __mk
 }  // namespace metal

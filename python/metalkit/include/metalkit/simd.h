@@ -64,9 +64,9 @@ struct sg_view {
 
 template <class T> __MK_F sg_view sg_exchange(const T &v, site s) {
   static_assert(sizeof(T) <= MK_SIMD_SLOT, "SIMD-group value too large");
-  return sg_view{rt->simd_exchange((const void *)&v, sizeof(T), s.file, s.line)};
+  return sg_view{rt->simd_exchange((const void *)&v, sizeof(T), s.file, s.line, s.column)};
 }
-__MK_F sg_view sg_exchange(site s) { return sg_view{rt->simd_exchange(nullptr, 0, s.file, s.line)}; }
+__MK_F sg_view sg_exchange(site s) { return sg_view{rt->simd_exchange(nullptr, 0, s.file, s.line, s.column)}; }
 
 template <class T> struct sg_pair {
   T data, fill;
