@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from metalkit.msl.diagnostics import compile_error
 from metalkit.msl.includes import inline_includes, locate, relocate_log
 
@@ -125,9 +127,13 @@ def test_locations_metal_already_gave_by_line_markers_stay():
     assert relocate_log(log, '#line 1 "/src/kernels/add.metal"\nx\n', "/src/kernels/add.metal") == log
 
 
-def test_signatures_skip_names_declared_in_both_branches_of_an_if():
+@pytest.mark.parametrize("clang", [True, False])
+def test_signatures_where_a_name_is_declared_in_both_branches_of_an_if(clang, monkeypatch):
+    from metalkit.msl import signatures
     from metalkit.msl.includes import inline_includes
     from metalkit.msl.signatures import kernel_signatures
+    if not clang:  # read unexpanded: both branches are seen, so the name gets no signature
+        monkeypatch.setattr(signatures, "_clang_preprocessed", lambda text: None)
     text = """#include <metal_stdlib>
 using namespace metal;
 #if USE_HALF
@@ -138,5 +144,22 @@ kernel void k(device float* x [[buffer(0)]], constant float& s [[buffer(1)]]) {}
 kernel void other(device float* x [[buffer(0)]], constant int& n [[buffer(1)]]) {}
 """
     sigs = kernel_signatures(inline_includes(text, "both.metal", []))
-    assert list(sigs) == ["other"]
+    assert sorted(sigs) == (["k", "other"] if clang else ["other"])
+    if clang:  # preprocessed: the #else branch is the one that exists
+        assert [p[3] for p in sigs["k"][2]] == ["device float* x", "constant float& s"]
     assert [p[0] for p in sigs["other"][2]] == ["buffer", "scalar"]
+
+
+def test_signatures_of_kernels_that_macros_produce():
+    from metalkit.msl.includes import inline_includes
+    from metalkit.msl.signatures import kernel_signatures
+    text = """#include <metal_stdlib>
+using namespace metal;
+#define SCALE_KERNEL(NAME, T) \\
+    kernel void NAME(device T* x [[buffer(0)]], constant T& s [[buffer(1)]], uint i [[thread_position_in_grid]]) { x[i] *= s; }
+SCALE_KERNEL(scale_f, float)
+SCALE_KERNEL(scale_h, half)
+"""
+    sigs = kernel_signatures(inline_includes(text, "macros.metal", []))
+    assert sorted(sigs) == ["scale_f", "scale_h"]
+    assert [(p[0], p[1], p[2]) for p in sigs["scale_h"][2]] == [("buffer", 0, "x"), ("scalar", 1, "s")]

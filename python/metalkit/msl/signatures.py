@@ -5,16 +5,23 @@ how the parameter is declared, so ``constant float& s`` (a scalar) and
 ``constant float* s`` (an array) reflect alike. The CPU front-end's token
 pre-pass already reads signatures, so the Metal backend reads them with it
 too and both backends sort parameters the same way. The pre-pass expects
-preprocessed text; here it gets the source with comments removed and
-directives blanked (line numbers kept). Kernels that only macros spell out
-are not seen: they get no signature, and each of their ``[[buffer(n)]]``
-parameters then takes an array (a scalar can be passed as a 1-element array).
+preprocessed text: ``clang -E`` gives it where the CPU backend's compiler is
+available; otherwise the source is read with comments removed and directives
+blanked (line numbers kept), and kernels that only macros spell out are not
+seen: they get no signature, and each of their ``[[buffer(n)]]`` parameters
+then takes an array (a scalar can be passed as a 1-element array).
 """
 from __future__ import annotations
 
 import re
+import subprocess
+import tempfile
+from pathlib import Path
 
+from ..errors import CompileError
+from . import toolchain
 from .prepass import MslError, prepass
+from .toolchain import INCLUDE_DIR
 from .tokens import parse_marker
 
 # host name -> (file, line, [(kind, index, name, decl, space), ...]) for _core.metal_compile.
@@ -24,15 +31,42 @@ _COMMENT_OR_LITERAL = re.compile(r'//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"|\'(?:\
 
 
 def kernel_signatures(text: str) -> Signatures:
-    """Signatures of the kernels ``text`` (inlined source, see includes.py) declares; {} if it cannot be read."""
+    """Signatures of the kernels ``text`` (inlined source, see includes.py) declares; {} if it cannot be read.
+
+    Where the CPU backend's clang is available (a Mac with Xcode has clang++), the
+    text is preprocessed first, so kernels that macros produce get signatures and
+    ``#if`` branches are decided; otherwise it is read as it is.
+    """
     try:
-        # Both branches of an #if are seen here: a name declared twice gets no signature.
-        kernels = prepass(_as_preprocessed(text), lambda file: True, duplicates="drop").kernels
+        pp = _clang_preprocessed(text)
+        if pp is not None:
+            kernels = prepass(pp, _user_file, duplicates="drop").kernels
+        else:
+            # Both branches of an #if are seen here: a name declared twice gets no signature.
+            kernels = prepass(_as_preprocessed(text), lambda file: True, duplicates="drop").kernels
     except (MslError, IndexError):  # unreadable here (unbalanced braces...): Metal's compiler reports what is wrong
         return {}
     return {k.host_name: (k.file, k.line, [(p.kind, p.index, p.name, p.decl, p.space)
                                           for p in k.params if p.kind != "builtin"])
             for k in kernels}
+
+
+def _user_file(name: str) -> bool:
+    return name not in ("<built-in>", "<command line>", "<scratch space>") and not name.startswith(INCLUDE_DIR)
+
+
+def _clang_preprocessed(text: str) -> str | None:
+    """``clang -E`` of the text against metalkit's headers, or None (no clang, or a
+    header only Apple has): the caller then reads the text unexpanded."""
+    try:
+        tc = toolchain.find()
+    except CompileError:
+        return None
+    with tempfile.TemporaryDirectory(prefix="metalkit-sig-") as tmp:
+        src = Path(tmp) / "source.metal"
+        src.write_text(text)
+        proc = subprocess.run(tc.preprocess(str(src), []), capture_output=True, text=True)
+    return proc.stdout if proc.returncode == 0 else None
 
 
 def _as_preprocessed(text: str) -> str:
