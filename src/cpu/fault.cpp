@@ -65,18 +65,33 @@ void prepare_fault_handling() {
     sigaction(SIGSEGV, &sa, &previous_segv);
     sigaction(SIGBUS, &sa, &previous_bus);
   });
-  static thread_local bool has_stack = false;
-  if (!has_stack) {
-    stack_t current;
-    if (sigaltstack(nullptr, &current) == 0 && (current.ss_flags & SS_DISABLE)) {
+  // Per thread, freed when the thread ends (Python threads come and go).
+  struct AltStack {
+    void* mem = nullptr;
+    AltStack() {
+      stack_t current;
+      if (sigaltstack(nullptr, &current) != 0 || !(current.ss_flags & SS_DISABLE)) return;  // one is set already
       stack_t ss;
       ss.ss_size = 64 * 1024;
-      ss.ss_sp = std::malloc(ss.ss_size);  // per thread, for the life of the thread
+      ss.ss_sp = mem = std::malloc(ss.ss_size);
       ss.ss_flags = 0;
-      if (ss.ss_sp) sigaltstack(&ss, nullptr);
+      if (mem && sigaltstack(&ss, nullptr) != 0) {
+        std::free(mem);
+        mem = nullptr;
+      }
     }
-    has_stack = true;
-  }
+    ~AltStack() {
+      if (!mem) return;
+      stack_t off;
+      off.ss_sp = nullptr;
+      off.ss_size = 0;
+      off.ss_flags = SS_DISABLE;
+      sigaltstack(&off, nullptr);
+      std::free(mem);
+    }
+  };
+  static thread_local AltStack alt;
+  (void)alt;
 }
 
 void raise_fault(const std::string& message) {
