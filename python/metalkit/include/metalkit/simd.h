@@ -252,6 +252,26 @@ template <bool Quad> __MK_F sg_votes sg_ballot(bool expr, site s) {
 
 // ---- SIMD-group functions --------------------------------------------------
 
+// The shuffles and broadcasts, for SIMD-groups (quad = false) and quad-groups.
+#define __MK_SG_MOVE_FN(name, quad, kind, arg)                                            \
+  template <class T> __MK_F T name(T data, ushort arg, __mk::site s = __mk::site::here()) { \
+    __MK_SG_MOVE(T, #name);                                                               \
+    return __mk::sg_move<quad, __mk::mv::kind>(data, arg, s);                             \
+  }
+// shuffle_and_fill_up/down, without a modulo (the whole group) and with one.
+#define __MK_SG_FILL_FNS(name, quad, up, width)                                                        \
+  template <class T>                                                                                   \
+  __MK_F T name(T data, __mk::ident<T> filling_data, ushort delta, __mk::site s = __mk::site::here()) { \
+    __MK_SG_MOVE(T, #name);                                                                            \
+    return __mk::sg_fill<quad, up>(data, filling_data, delta, width, s);                               \
+  }                                                                                                    \
+  template <class T>                                                                                   \
+  __MK_F T name(T data, __mk::ident<T> filling_data, ushort delta, ushort modulo,                      \
+                __mk::site s = __mk::site::here()) {                                                   \
+    __MK_SG_MOVE(T, #name);                                                                            \
+    return __mk::sg_fill<quad, up>(data, filling_data, delta, modulo, s);                              \
+  }
+
 __MK_F simd_vote simd_ballot(bool expr, __mk::site s = __mk::site::here()) {
   __mk::sg_votes b = __mk::sg_ballot<false>(expr, s);
   return simd_vote::__make(b.bits, b.active);
@@ -274,63 +294,20 @@ __MK_F bool simd_is_first(__mk::site s = __mk::site::here()) {
 // Helper threads exist only in fragment functions.
 __MK_F bool simd_is_helper_thread() { return false; }
 
-template <class T> __MK_F T simd_broadcast(T data, ushort broadcast_lane_id, __mk::site s = __mk::site::here()) {
-  __MK_SG_MOVE(T, "simd_broadcast");
-  return __mk::sg_move<false, __mk::mv::index>(data, broadcast_lane_id, s);
-}
+__MK_SG_MOVE_FN(simd_broadcast, false, index, broadcast_lane_id)
 template <class T> __MK_F T simd_broadcast_first(T data, __mk::site s = __mk::site::here()) {
   __MK_SG_MOVE(T, "simd_broadcast_first");
   __mk::sg_view v = __mk::sg_exchange(data, s);
   return v.get<T>(unsigned(__builtin_ctz(v.active())));
 }
-template <class T> __MK_F T simd_shuffle(T data, ushort simd_lane_id, __mk::site s = __mk::site::here()) {
-  __MK_SG_MOVE(T, "simd_shuffle");
-  return __mk::sg_move<false, __mk::mv::index>(data, simd_lane_id, s);
-}
-template <class T> __MK_F T simd_shuffle_xor(T data, ushort mask, __mk::site s = __mk::site::here()) {
-  __MK_SG_MOVE(T, "simd_shuffle_xor");
-  return __mk::sg_move<false, __mk::mv::x0r>(data, mask, s);
-}
-template <class T> __MK_F T simd_shuffle_up(T data, ushort delta, __mk::site s = __mk::site::here()) {
-  __MK_SG_MOVE(T, "simd_shuffle_up");
-  return __mk::sg_move<false, __mk::mv::up>(data, delta, s);
-}
-template <class T> __MK_F T simd_shuffle_down(T data, ushort delta, __mk::site s = __mk::site::here()) {
-  __MK_SG_MOVE(T, "simd_shuffle_down");
-  return __mk::sg_move<false, __mk::mv::down>(data, delta, s);
-}
-template <class T> __MK_F T simd_shuffle_rotate_up(T data, ushort delta, __mk::site s = __mk::site::here()) {
-  __MK_SG_MOVE(T, "simd_shuffle_rotate_up");
-  return __mk::sg_move<false, __mk::mv::rot_up>(data, delta, s);
-}
-template <class T> __MK_F T simd_shuffle_rotate_down(T data, ushort delta, __mk::site s = __mk::site::here()) {
-  __MK_SG_MOVE(T, "simd_shuffle_rotate_down");
-  return __mk::sg_move<false, __mk::mv::rot_down>(data, delta, s);
-}
-template <class T>
-__MK_F T simd_shuffle_and_fill_up(T data, __mk::ident<T> filling_data, ushort delta,
-                                  __mk::site s = __mk::site::here()) {
-  __MK_SG_MOVE(T, "simd_shuffle_and_fill_up");
-  return __mk::sg_fill<false, true>(data, filling_data, delta, 32u, s);
-}
-template <class T>
-__MK_F T simd_shuffle_and_fill_up(T data, __mk::ident<T> filling_data, ushort delta, ushort modulo,
-                                  __mk::site s = __mk::site::here()) {
-  __MK_SG_MOVE(T, "simd_shuffle_and_fill_up");
-  return __mk::sg_fill<false, true>(data, filling_data, delta, modulo, s);
-}
-template <class T>
-__MK_F T simd_shuffle_and_fill_down(T data, __mk::ident<T> filling_data, ushort delta,
-                                    __mk::site s = __mk::site::here()) {
-  __MK_SG_MOVE(T, "simd_shuffle_and_fill_down");
-  return __mk::sg_fill<false, false>(data, filling_data, delta, 32u, s);
-}
-template <class T>
-__MK_F T simd_shuffle_and_fill_down(T data, __mk::ident<T> filling_data, ushort delta, ushort modulo,
-                                    __mk::site s = __mk::site::here()) {
-  __MK_SG_MOVE(T, "simd_shuffle_and_fill_down");
-  return __mk::sg_fill<false, false>(data, filling_data, delta, modulo, s);
-}
+__MK_SG_MOVE_FN(simd_shuffle, false, index, simd_lane_id)
+__MK_SG_MOVE_FN(simd_shuffle_xor, false, x0r, mask)
+__MK_SG_MOVE_FN(simd_shuffle_up, false, up, delta)
+__MK_SG_MOVE_FN(simd_shuffle_down, false, down, delta)
+__MK_SG_MOVE_FN(simd_shuffle_rotate_up, false, rot_up, delta)
+__MK_SG_MOVE_FN(simd_shuffle_rotate_down, false, rot_down, delta)
+__MK_SG_FILL_FNS(simd_shuffle_and_fill_up, false, true, 32u)
+__MK_SG_FILL_FNS(simd_shuffle_and_fill_down, false, false, 32u)
 
 #define __MK_SG_RED(name, op, check, quad)                                     \
   template <class T> __MK_F T name(T data, __mk::site s = __mk::site::here()) { \
@@ -377,64 +354,21 @@ __MK_F bool quad_is_first(__mk::site s = __mk::site::here()) {
 }
 __MK_F bool quad_is_helper_thread() { return false; }
 
-template <class T> __MK_F T quad_broadcast(T data, ushort broadcast_lane_id, __mk::site s = __mk::site::here()) {
-  __MK_SG_MOVE(T, "quad_broadcast");
-  return __mk::sg_move<true, __mk::mv::index>(data, broadcast_lane_id, s);
-}
+__MK_SG_MOVE_FN(quad_broadcast, true, index, broadcast_lane_id)
 template <class T> __MK_F T quad_broadcast_first(T data, __mk::site s = __mk::site::here()) {
   __MK_SG_MOVE(T, "quad_broadcast_first");
   __mk::sg_view v = __mk::sg_exchange(data, s);
   unsigned q = v.active() & __mk::scope_mask(v.lane(), true);
   return v.get<T>(unsigned(__builtin_ctz(q)));
 }
-template <class T> __MK_F T quad_shuffle(T data, ushort quad_lane_id, __mk::site s = __mk::site::here()) {
-  __MK_SG_MOVE(T, "quad_shuffle");
-  return __mk::sg_move<true, __mk::mv::index>(data, quad_lane_id, s);
-}
-template <class T> __MK_F T quad_shuffle_xor(T data, ushort mask, __mk::site s = __mk::site::here()) {
-  __MK_SG_MOVE(T, "quad_shuffle_xor");
-  return __mk::sg_move<true, __mk::mv::x0r>(data, mask, s);
-}
-template <class T> __MK_F T quad_shuffle_up(T data, ushort delta, __mk::site s = __mk::site::here()) {
-  __MK_SG_MOVE(T, "quad_shuffle_up");
-  return __mk::sg_move<true, __mk::mv::up>(data, delta, s);
-}
-template <class T> __MK_F T quad_shuffle_down(T data, ushort delta, __mk::site s = __mk::site::here()) {
-  __MK_SG_MOVE(T, "quad_shuffle_down");
-  return __mk::sg_move<true, __mk::mv::down>(data, delta, s);
-}
-template <class T> __MK_F T quad_shuffle_rotate_up(T data, ushort delta, __mk::site s = __mk::site::here()) {
-  __MK_SG_MOVE(T, "quad_shuffle_rotate_up");
-  return __mk::sg_move<true, __mk::mv::rot_up>(data, delta, s);
-}
-template <class T> __MK_F T quad_shuffle_rotate_down(T data, ushort delta, __mk::site s = __mk::site::here()) {
-  __MK_SG_MOVE(T, "quad_shuffle_rotate_down");
-  return __mk::sg_move<true, __mk::mv::rot_down>(data, delta, s);
-}
-template <class T>
-__MK_F T quad_shuffle_and_fill_up(T data, __mk::ident<T> filling_data, ushort delta,
-                                  __mk::site s = __mk::site::here()) {
-  __MK_SG_MOVE(T, "quad_shuffle_and_fill_up");
-  return __mk::sg_fill<true, true>(data, filling_data, delta, 4u, s);
-}
-template <class T>
-__MK_F T quad_shuffle_and_fill_up(T data, __mk::ident<T> filling_data, ushort delta, ushort modulo,
-                                  __mk::site s = __mk::site::here()) {
-  __MK_SG_MOVE(T, "quad_shuffle_and_fill_up");
-  return __mk::sg_fill<true, true>(data, filling_data, delta, modulo, s);
-}
-template <class T>
-__MK_F T quad_shuffle_and_fill_down(T data, __mk::ident<T> filling_data, ushort delta,
-                                    __mk::site s = __mk::site::here()) {
-  __MK_SG_MOVE(T, "quad_shuffle_and_fill_down");
-  return __mk::sg_fill<true, false>(data, filling_data, delta, 4u, s);
-}
-template <class T>
-__MK_F T quad_shuffle_and_fill_down(T data, __mk::ident<T> filling_data, ushort delta, ushort modulo,
-                                    __mk::site s = __mk::site::here()) {
-  __MK_SG_MOVE(T, "quad_shuffle_and_fill_down");
-  return __mk::sg_fill<true, false>(data, filling_data, delta, modulo, s);
-}
+__MK_SG_MOVE_FN(quad_shuffle, true, index, quad_lane_id)
+__MK_SG_MOVE_FN(quad_shuffle_xor, true, x0r, mask)
+__MK_SG_MOVE_FN(quad_shuffle_up, true, up, delta)
+__MK_SG_MOVE_FN(quad_shuffle_down, true, down, delta)
+__MK_SG_MOVE_FN(quad_shuffle_rotate_up, true, rot_up, delta)
+__MK_SG_MOVE_FN(quad_shuffle_rotate_down, true, rot_down, delta)
+__MK_SG_FILL_FNS(quad_shuffle_and_fill_up, true, true, 4u)
+__MK_SG_FILL_FNS(quad_shuffle_and_fill_down, true, false, 4u)
 
 __MK_SG_RED(quad_sum, op_sum, __MK_SG_NUM, true)
 __MK_SG_RED(quad_product, op_product, __MK_SG_NUM, true)
