@@ -1,7 +1,8 @@
 """Finding clang for the CPU backend and the command lines it runs.
 
-Order: ``METALKIT_CXX`` (a clang++), then ``clang++`` on the PATH, then the
-clang inside the ``ziglang`` wheel (a dependency on non-Apple platforms).
+Order: ``METALKIT_CXX`` (a clang++), then ``clang++`` on the PATH if it is new
+enough for the headers, then the clang inside the ``ziglang`` wheel (a
+dependency on every platform, so a Mac whose Xcode clang is older still works).
 """
 from __future__ import annotations
 
@@ -84,13 +85,51 @@ def _find(override: str | None) -> Toolchain:
             raise CompileError(f"METALKIT_CXX={override!r} does not exist; point it at a clang++ or unset it")
         return Toolchain("zig" if Path(path).name.startswith("zig") else "clang", path)
     path = shutil.which("clang++")
-    if path:
+    if path and _capable(Toolchain("clang", path)):
         return Toolchain("clang", path)
     zig = _zig()
     if zig:
         return Toolchain("zig", zig)
+    if path:
+        raise CompileError(f"{path} is too old for metalkit's CPU backend (it needs clang 17 or newer: __bf16 "
+                           "arithmetic and -fbfloat16-excess-precision); pip install ziglang, or set METALKIT_CXX "
+                           "to a newer clang++")
     raise CompileError("no C++ compiler for the CPU backend: install the ziglang wheel (pip install ziglang), "
                        "put clang++ on the PATH, or set METALKIT_CXX to a clang++")
+
+
+# What the headers need from the compiler beyond C++17.
+_PROBE = """
+__bf16 add_bf(__bf16 a, __bf16 b) { return a + b; }
+_Float16 add_h(_Float16 a, _Float16 b) { return a + b; }
+struct S { int g() const { return 1; } __declspec(property(get = g)) int p; };
+int use(S s) { return s.p; }
+"""
+
+
+def _capable(tc: Toolchain) -> bool:
+    """Whether a system clang compiles what metalkit's headers use (an older Apple
+    clang does not); remembered per compiler binary in the cache directory."""
+    import json
+    from . import cache
+    record = cache.cache_dir().parent / "compilers.json"
+    try:
+        known = json.loads(record.read_text())
+    except (OSError, ValueError):
+        known = {}
+    if tc.identity in known:
+        return bool(known[tc.identity])
+    proc = subprocess.run(tc._clang() + LANGUAGE_FLAGS + ["-fsyntax-only", "-"], input=_PROBE,
+                          capture_output=True, text=True)
+    known[tc.identity] = proc.returncode == 0
+    try:
+        record.parent.mkdir(parents=True, exist_ok=True)
+        tmp = record.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(known))
+        os.replace(tmp, record)
+    except OSError:
+        pass  # an unwritable cache only means probing again next time
+    return known[tc.identity]
 
 
 def find() -> Toolchain:
