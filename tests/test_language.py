@@ -410,3 +410,30 @@ def test_methods_that_synchronise_run_on_fibers(device, rng):
 def test_kernel_rules_metal_enforces(device, snippet, match):
     with pytest.raises(mk.CompileError, match=match):
         build(snippet)
+
+
+def test_threadgroup_declarations_over_32_kib_are_refused(device):
+    ok = """
+    kernel void k(device float* x [[buffer(0)]], uint l [[thread_position_in_threadgroup]]) {
+        threadgroup float a[4096], b[2048];     // 24 KiB
+        threadgroup float4 c[512];              //  8 KiB: 32 KiB in all
+        a[l] = b[l] = 1.0f;
+        c[l] = float4(a[l]);
+        x[l] = c[l].x + b[l];
+    }"""
+    x = np.zeros(32, np.float32)
+    build(ok).k(x, threadgroup=32)
+    assert x.tolist() == [2.0] * 32
+    with pytest.raises(mk.CompileError, match="threadgroup memory declared in this kernel passes the 32 KiB"):
+        build(ok.replace("c[512]", "c[513]"))
+    template = """
+    template <int N> kernel void t(device float* x [[buffer(0)]], uint l [[thread_position_in_threadgroup]]) {
+        threadgroup float tile[N];
+        tile[l] = 1.0f;
+        x[l] = tile[l];
+    }
+    template [[host_name("t_small")]] kernel void t<1024>(device float*, uint);
+    """
+    build(template).t_small(x, threadgroup=32)
+    with pytest.raises(mk.CompileError, match="passes the 32 KiB"):
+        build(template + 'template [[host_name("t_big")]] kernel void t<9000>(device float*, uint);\n')

@@ -599,10 +599,20 @@ def _float_literal(src: _Source, t: Token) -> None:
 
 
 def _rewrite_threadgroup_storage(src: _Source, a: int, b: int) -> None:
-    """`threadgroup T x[N];` in a function body: per-threadgroup storage."""
+    """`threadgroup T x[N];` in a function body: per-threadgroup storage.
+
+    Metal refuses a kernel whose threadgroup declarations pass 32 KiB; so does
+    a static_assert after each one, on the running total of those declared at
+    the body's top level (template kernels are checked per instantiation).
+    """
     toks = src.toks
+    total = ""          # C++ expression: bytes declared so far at the top level
+    serial = 0
+    depth_at = 0        # brace depth within the body
     for i in range(a, b):
-        if toks[i].text != "threadgroup" or toks[i - 1].text not in ("{", ";", "}", ":"):
+        t = toks[i].text
+        depth_at += (t == "{") - (t == "}")
+        if t != "threadgroup" or toks[i - 1].text not in ("{", ";", "}", ":"):
             continue
         j = i + 1
         depth = 0
@@ -612,16 +622,32 @@ def _rewrite_threadgroup_storage(src: _Source, a: int, b: int) -> None:
             depth -= toks[j].text in ")>"
             pointer |= depth == 0 and toks[j].text in ("*", "&", "&&")
             j += 1
-        if not pointer:
-            m, depth = j, 0
-            while m < b and not (depth == 0 and toks[m].text == ";"):
-                if depth == 0 and toks[m].text in ("=", "{"):
-                    raise src.error(toks[m], "a threadgroup variable cannot have an initializer; assign it in the "
-                                             "kernel (then threadgroup_barrier) instead")
-                depth += toks[m].text in "([{"
-                depth -= toks[m].text in ")]}"
-                m += 1
-            src.replace(i, i, "static thread_local")
+        if pointer:
+            continue
+        m, depth, names = j, 0, [toks[j - 1].text]
+        while m < b and not (depth == 0 and toks[m].text == ";"):
+            if depth == 0 and toks[m].text in ("=", "{"):
+                raise src.error(toks[m], "a threadgroup variable cannot have an initializer; assign it in the "
+                                         "kernel (then threadgroup_barrier) instead")
+            if depth == 0 and toks[m].text == "," and m + 1 < b and toks[m + 1].kind == "id":
+                names.append(toks[m + 1].text)
+            depth += toks[m].text in "([{"
+            depth -= toks[m].text in ")]}"
+            m += 1
+        src.replace(i, i, "static thread_local")
+        size = " + ".join(f"sizeof({name})" for name in names)
+        check = ('static_assert({} <= 32768, "threadgroup memory declared in this kernel passes the 32 KiB '
+                 'Metal allows per threadgroup; use smaller tiles");')
+        if depth_at == 1:  # the body's top level: keep a running total
+            serial += 1
+            var = f"__mk_tg_bytes_{serial}"
+            total = f"{total} + {size}" if total else size
+            insert = f" constexpr unsigned long long {var} = {total}; {check.format(var)}"
+            total = var
+        else:
+            insert = " " + check.format(size)
+        end = toks[m]
+        src.edits.setdefault(end.line, []).append((end.col + 1, end.col + 1, insert))
 
 
 def _parse_params(src: _Source, open_: int, close: int, attr_at) -> list[Param]:
