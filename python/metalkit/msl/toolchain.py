@@ -127,8 +127,8 @@ def _capable(tc: Toolchain) -> bool:
         tmp = record.with_suffix(f".{os.getpid()}.tmp")
         tmp.write_text(json.dumps(known))
         os.replace(tmp, record)
-    except OSError:
-        pass  # an unwritable cache only means probing again next time
+    except OSError:  # a read-only cache directory: the probe simply runs again in the next process
+        return known[tc.identity]
     return known[tc.identity]
 
 
