@@ -7,7 +7,6 @@ and compared against numpy / Python references on random data.
 
 import ctypes
 import math
-import os
 import subprocess
 from pathlib import Path
 
