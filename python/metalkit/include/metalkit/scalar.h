@@ -25,6 +25,25 @@ typedef unsigned long uint64_t;
 
 static_assert(sizeof(long) == 8 && (char)-1 < 0, "metalkit needs an LP64 target with signed char");
 
+// Narrowing to bfloat is a libcall on CPUs without bf16 instructions, and some compiler
+// runtimes (zig's) lack it. Weak, so a runtime that has them wins; round to nearest even.
+extern "C" __attribute__((weak, visibility("hidden"))) __bf16 __truncsfbf2(float f) {
+  unsigned u = __builtin_bit_cast(unsigned, f);
+  unsigned short r = (u & 0x7fffffffu) > 0x7f800000u ? (unsigned short)((u >> 16) | 0x40u) // quiet NaN
+                                                     : (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+  return __builtin_bit_cast(__bf16, r);
+}
+// double -> float rounded to odd keeps the one rounding to bfloat exact (no double rounding).
+extern "C" __attribute__((weak, visibility("hidden"))) __bf16 __truncdfbf2(double d) {
+  float f = (float)d;
+  if ((double)f != d && d == d) {
+    unsigned u = __builtin_bit_cast(unsigned, f);
+    if (__builtin_fabs((double)f) > __builtin_fabs(d)) --u; // rounded away from zero: truncate
+    f = __builtin_bit_cast(float, u | 1u);
+  }
+  return __truncsfbf2(f);
+}
+
 // MSL half literal suffix (1.0h). (bfloat's "bf" suffix cannot be a C++
 // user-defined literal: clang lexes it as a malformed bf16 suffix.)
 #pragma clang diagnostic push
