@@ -162,7 +162,7 @@ def test_function_constant_index_from_a_variable_binds_by_name(device):
 
 
 def test_prepass_constant_expressions():
-    from metalkit.msl.prepass import _const_int
+    from metalkit.msl.consteval import const_int as _const_int
     cases = {"7": 7, "0x1Fu": 31, "010": 8, "(1 + 2) * 3": 9, "-7 / 2": -3, "-7 % 2": -1, "1 << 4 | 1": 17,
              "2 > 1 ? 5 : 6": 5, "10 - 2 - 3": 5, "!0 + ~0": 0, "true && 0": 0}
     assert {e: _const_int(e) for e in cases} == cases

@@ -1,0 +1,86 @@
+"""What the front end's passes find in a source and hand to each other."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .source import Source
+from .tokens import Token
+
+
+@dataclass
+class Attr:
+    name: str
+    args: str  # raw text inside the parentheses, "" if none
+
+
+@dataclass
+class Param:
+    name: str
+    decl: str
+    space: int
+    kind: str          # buffer | scalar | threadgroup | builtin
+    index: int         # buffer/threadgroup index, -1 for builtins
+    builtin: str = ""
+    when: str = ""     # [[function_constant(when)]]: the parameter exists only if that constant is true
+    present: bool = True  # False: `when` is false or unset here; the launcher passes a null/zero value
+
+
+@dataclass
+class Kernel:
+    host_name: str
+    pointer: str                 # C++ constant expression: a pointer to the function
+    params: list[Param]
+    file: str
+    line: int
+    max_threads: int = 1024
+    needs_sync: str = ""         # first barrier/SIMD-group function it reaches, if any
+    function: str = ""           # the C++ function (template) name
+
+
+@dataclass
+class Result:
+    text: str
+    kernels: list[Kernel]
+    files: list[str] = field(default_factory=list)  # user files seen (dependencies)
+
+
+@dataclass
+class FnDef:
+    """A function (or method) defined at namespace or class scope."""
+    name: str
+    params: list[Param]          # kernels only
+    body: tuple[int, int]        # token range of the body: '{' .. '}'
+    is_kernel: bool
+    is_template: bool
+    attrs: list[Attr]
+    scope: str
+    tok: Token                   # the name
+    head: int = 0                # first token of the declaration
+
+
+@dataclass
+class Unit:
+    """The translation unit as the passes share it."""
+    src: Source
+    constants: dict
+    only: set | None = None
+    attr_at: dict[int, tuple[int, list[Attr]]] = field(default_factory=dict)  # '[' of [[...]] -> (']', attrs)
+    consumed: set[int] = field(default_factory=set)     # attribute blocks a pass rewrote itself
+    kernel_marks: set[int] = field(default_factory=set)  # tokens marking a kernel: `kernel`, [[kernel]]
+    functions: list[FnDef] = field(default_factory=list)
+    instantiations: list[tuple[int, int]] = field(default_factory=list)  # `template ...;` token ranges
+    kernels: list[Kernel] = field(default_factory=list)
+    dropped: set[int] = field(default_factory=set)      # tokens already rewritten away (not to be touched)
+    fc_values: dict[str, object] = field(default_factory=dict)  # function constant -> value (None: unset)
+
+    @property
+    def toks(self) -> list[Token]:
+        return self.src.toks
+
+    def skip_attrs(self, k: int) -> int:
+        while k in self.attr_at:
+            k = self.attr_at[k][0] + 1
+        return k
+
+    def attrs_between(self, a: int, b: int) -> list[Attr]:
+        return [x for k, (_, al) in self.attr_at.items() if a <= k < b for x in al]

@@ -1,0 +1,75 @@
+"""Function constants: ``constant T name [[function_constant(i)]];`` gets the value bound for this build.
+
+Values are given by name or by index (a library's value and a per-kernel
+override: the later entry wins). ``is_function_constant_defined(name)`` becomes
+true or false. A kernel parameter declared ``[[function_constant(c)]]`` exists
+only when ``c`` is true (an unset constant is false).
+"""
+from __future__ import annotations
+
+from ..consteval import const_int, cpp_literal
+from ..model import FnDef, Param, Unit
+from ..source import MslError
+from ..tokens import tokenize_line
+
+
+def bind(unit: Unit) -> None:
+    toks, src, constants = unit.toks, unit.src, unit.constants
+    n = len(toks)
+    used: set = set()
+    defined_checks: dict[str, list[int]] = {}  # name -> token index of each is_function_constant_defined(name)
+    for j in range(n - 3):
+        if (toks[j].text == "is_function_constant_defined" and toks[j + 1].text == "("
+                and toks[j + 3].text == ")"):
+            defined_checks.setdefault(toks[j + 2].text, []).append(j)
+    for k, (end, attrs) in list(unit.attr_at.items()):
+        fc = [a for a in attrs if a.name == "function_constant"]
+        if not fc or (end + 1 < n and toks[end + 1].text in (",", ")")):
+            continue  # [[function_constant(name)]] on a kernel parameter: read with the parameters
+        unit.consumed.add(k)
+        try:
+            idx = const_int(fc[0].args)
+        except ValueError:
+            idx = None  # e.g. a constexpr variable: the constant can still be bound by name
+        name_tok = toks[k - 1]
+        semi = end + 1
+        if semi >= n or toks[semi].text != ";" or name_tok.kind != "id":
+            raise src.error(toks[k], "a function constant is declared as `constant T name [[function_constant(i)]];`")
+        keys = [c for c in constants
+                if c == name_tok.text or (idx is not None and c == idx and not isinstance(c, bool))]
+        key = keys[-1] if keys else None
+        if key is not None:
+            used.update(keys)
+            src.replace(k, end, f"= {cpp_literal(constants[key])}")
+        else:
+            src.replace(k, end, "{}")
+        defined = key is not None
+        unit.fc_values[name_tok.text] = constants[key] if defined else None
+        for j in defined_checks.get(name_tok.text, ()):
+            src.replace(j, j + 3, "true" if defined else "false")
+    unknown = [k for k in constants if k not in used]
+    if unknown:
+        raise MslError("<constants>", 0, 0, f"no function constant named or numbered {unknown[0]!r} in the source; "
+                       "declare it as `constant T name [[function_constant(i)]];` or drop it from constants=")
+    for f in unit.functions:
+        for p in f.params:
+            if p.when:
+                p.present = _param_present(unit, f, p)
+
+
+def _param_present(unit: Unit, f: FnDef, p: Param) -> bool:
+    """Value of the condition in a parameter's [[function_constant(...)]] (an unset constant is false)."""
+    fc = unit.fc_values
+    text = " ".join("1" if t.text in fc and fc[t.text] else "0" if t.text in fc else t.text
+                    for t in tokenize_line(p.when, 0))
+    try:
+        present = bool(const_int(text))
+    except ValueError:
+        raise unit.src.error(f.tok, f"[[function_constant({p.when})]] on parameter '{p.name}' must name a "
+                                    "function constant declared as `constant bool c [[function_constant(i)]];`") from None
+    if present and p.kind in ("buffer", "scalar"):
+        for q in f.params:
+            if q is not p and q.present and q.kind in ("buffer", "scalar") and q.index == p.index and (
+                    not q.when or f.params.index(q) < f.params.index(p)):
+                raise unit.src.error(f.tok, f"parameters '{q.name}' and '{p.name}' both use [[buffer({p.index})]]")
+    return present

@@ -1,0 +1,65 @@
+"""``threadgroup T x[N];`` declared in a function body becomes per-threadgroup storage.
+
+One OS thread runs a whole threadgroup, so ``static thread_local`` is exactly
+per-group storage. Left uninitialised, as on Metal.
+"""
+from __future__ import annotations
+
+from ..model import Unit
+from ..source import Source
+
+
+def rewrite(unit: Unit) -> None:
+    for f in unit.functions:
+        _rewrite_body(unit.src, *f.body)
+
+
+def _rewrite_body(src: Source, a: int, b: int) -> None:
+    """`threadgroup T x[N];` in a function body: per-threadgroup storage.
+
+    Metal refuses a kernel whose threadgroup declarations pass 32 KiB; so does
+    a static_assert after each one, on the running total of those declared at
+    the body's top level (template kernels are checked per instantiation).
+    """
+    toks = src.toks
+    total = ""          # C++ expression: bytes declared so far at the top level
+    serial = 0
+    depth_at = 0        # brace depth within the body
+    for i in range(a, b):
+        t = toks[i].text
+        depth_at += (t == "{") - (t == "}")
+        if t != "threadgroup" or toks[i - 1].text not in ("{", ";", "}", ":"):
+            continue
+        j = i + 1
+        depth = 0
+        pointer = False
+        while j < b and not (depth == 0 and toks[j].text in (";", "=", "[", ",")):
+            depth += toks[j].text in "(<"
+            depth -= toks[j].text in ")>"
+            pointer |= depth == 0 and toks[j].text in ("*", "&", "&&")
+            j += 1
+        if pointer:
+            continue
+        m, depth, names = j, 0, [toks[j - 1].text]
+        while m < b and not (depth == 0 and toks[m].text == ";"):
+            if depth == 0 and toks[m].text in ("=", "{"):
+                raise src.error(toks[m], "a threadgroup variable cannot have an initializer; assign it in the "
+                                         "kernel (then threadgroup_barrier) instead")
+            if depth == 0 and toks[m].text == "," and m + 1 < b and toks[m + 1].kind == "id":
+                names.append(toks[m + 1].text)
+            depth += toks[m].text in "([{"
+            depth -= toks[m].text in ")]}"
+            m += 1
+        src.replace(i, i, "static thread_local")
+        size = " + ".join(f"sizeof({name})" for name in names)
+        check = ('static_assert({} <= 32768, "threadgroup memory declared in this kernel passes the 32 KiB '
+                 'Metal allows per threadgroup; use smaller tiles");')
+        if depth_at == 1:  # the body's top level: keep a running total
+            serial += 1
+            var = f"__mk_tg_bytes_{serial}"
+            total = f"{total} + {size}" if total else size
+            insert = f" constexpr unsigned long long {var} = {total}; {check.format(var)}"
+            total = var
+        else:
+            insert = " " + check.format(size)
+        src.insert_after(m, insert)
