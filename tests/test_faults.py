@@ -28,6 +28,15 @@ kernel void two_barriers(device float* x [[buffer(0)]], uint l [[thread_position
     x[l] = 2;
 }
 
+kernel void split_by_simdgroup(device float* x [[buffer(0)]], uint l [[thread_position_in_threadgroup]]) {
+    if (l < 32) {
+        threadgroup_barrier(mem_flags::mem_threadgroup);
+    } else {
+        threadgroup_barrier(mem_flags::mem_threadgroup);
+    }
+    x[l] = 3;
+}
+
 kernel void wild_write(device float* x [[buffer(0)]], uint i [[thread_position_in_grid]]) {
     x[i + 0x40000000u] = 1;
 }
@@ -42,22 +51,29 @@ kernel void deep_stack(device float* x [[buffer(0)]], uint i [[thread_position_i
 """
 
 
-def test_divergent_barrier_after_early_return(device):
+def test_threads_that_returned_count_as_arrived_at_a_barrier(device):
+    # As on Apple GPUs: threads that returned take no further part, the others pass the barrier.
     lib = build(SRC, filename="faults.metal")
     x = np.zeros(64, np.float32)
+    lib.early_return(x, threadgroup=32)
+    assert x.tolist() == [1.0, 0.0] * 32
+
+
+def test_threads_of_a_simdgroup_at_different_barriers(device):
+    lib = build(SRC, filename="faults.metal")
     with pytest.raises(mk.KernelFault) as e:
-        lib.early_return(x, threadgroup=32)
+        lib.two_barriers(np.zeros(8, np.float32), threadgroup=8)
     msg = str(e.value)
-    assert "kernel 'early_return'" in msg and "divergent barrier in threadgroup (0, 0, 0)" in msg
-    assert "wait at threadgroup_barrier at faults.metal:4" in msg and "returned without reaching it" in msg
-    assert "threads 0, 2, 4" in msg and "threads 1, 3, 5" in msg
+    assert "kernel 'two_barriers'" in msg and "divergent barrier in threadgroup (0, 0, 0)" in msg
+    assert "threads 3-7 of SIMD-group 0 did not reach this threadgroup_barrier" in msg
+    assert msg.endswith("at faults.metal:14")
 
 
-def test_threads_at_different_barriers(device):
+def test_simdgroups_at_different_barriers(device):
     lib = build(SRC, filename="faults.metal")
     with pytest.raises(mk.KernelFault, match=r"threads wait at different threadgroup_barrier calls, "
-                                             r"faults.metal:14 and faults.metal:16 \(threads 3-7\)"):
-        lib.two_barriers(np.zeros(8, np.float32), threadgroup=8)
+                                             r"faults.metal:\d+ \(threads 0-31\) and faults.metal:\d+ \(threads 32-47\)"):
+        lib.split_by_simdgroup(np.zeros(48, np.float32), threadgroup=48)
 
 
 def test_wild_write_is_a_fault_and_the_process_survives(device):
@@ -75,7 +91,7 @@ def test_wild_write_is_a_fault_and_the_process_survives(device):
 def test_fiber_stack_overflow(device):
     lib = build(SRC)
     x = np.zeros(4, np.float32)
-    with pytest.raises(mk.KernelFault, match=r"stack overflow in threadgroup \(0, 0, 0\), thread \d+"):
+    with pytest.raises(mk.KernelFault, match=r"stack overflow in threadgroup \(0, 0, 0\), SIMD-group 0 \(threads 0-3\)"):
         lib.deep_stack(x)
     with pytest.raises(mk.KernelFault, match="stack overflow"):  # and again: the guard pages still work
         lib.deep_stack(x)
@@ -85,7 +101,7 @@ def test_faults_in_many_groups_report_one(device, rng):
     lib = build(SRC)
     x = np.zeros(4096, np.float32)
     with pytest.raises(mk.KernelFault, match="divergent barrier"):
-        lib.early_return(x, threadgroup=64)
+        lib.two_barriers(x, threadgroup=64)
     y = rng.random(100, dtype=np.float32)
     out = np.zeros(100, np.float32)
     mk.run("add_arrays", y, y, out)
@@ -134,18 +150,19 @@ def test_checked_mode_names_the_parameter_and_leaves_arrays_untouched(device, rn
 
 def test_shuffled_order_exposes_a_missing_barrier(device, rng):
     lib = build(CHECKED)
-    x = rng.random(256, dtype=np.float32)
-    want = np.roll(x.reshape(4, 64), -1, axis=1).ravel()
+    x = rng.random(1024, dtype=np.float32)
+    want = np.roll(x.reshape(16, 64), -1, axis=1).ravel()
     outs = []
     for seed in [0, 1, 2, 3]:
         out = np.zeros_like(x)
         lib.missing_barrier(x, out, threadgroup=64, threadgroup_memory={0: 256}, shuffle=seed)
         outs.append(out)
-    # In index order each thread reads its right neighbour before it is written;
-    # a shuffled order lets some reads see the new value: the race shows as results
-    # that change with the seed, and the same seed repeats its result.
+    # A SIMD-group's lanes run in lockstep, so only a read of the other SIMD-group's slot
+    # races. In index order SIMD-group 0 reads slot 32 before SIMD-group 1 writes it; a
+    # shuffled order of SIMD-groups lets some groups read the new value: the race shows as
+    # results that change with the seed, and the same seed repeats its result.
     assert not np.array_equal(outs[0], want)
-    assert len({o.tobytes() for o in outs}) == 4
+    assert len({o.tobytes() for o in outs}) >= 3
     again = np.zeros_like(x)
     lib.missing_barrier(x, again, threadgroup=64, threadgroup_memory={0: 256}, shuffle=3)
     np.testing.assert_array_equal(again, outs[3])

@@ -35,6 +35,12 @@ class Kernel:
     @property
     def uses_barriers(self) -> bool: ...
     @property
+    def execution(self) -> str:
+        """How the kernel runs: "gpu" on Metal; on the CPU simulator "loop" (no barrier or
+        SIMD-group function: a plain loop over threads), "simt" (each SIMD-group's 32 lanes in
+        lockstep), or "fibers: <why>" (a fiber per thread, for code the SIMT transform does not
+        cover)."""
+    @property
     def last_gpu_time(self) -> float:
         """Seconds of GPU time the kernel's last call took. On the CPU simulator this is
         the wall time of the call. A call queued in ``metalkit.batch()`` on the GPU reports

@@ -83,6 +83,11 @@ PYBIND11_MODULE(_core, m) {
       .def_property_readonly("max_threads_per_threadgroup", [](const PyKernel& k) { return k.spec().max_threads; })
       .def_property_readonly("simd_width", [](const PyKernel&) { return kSimdWidth; })
       .def_property_readonly("uses_barriers", [](const PyKernel& k) { return k.spec().needs_fibers; })
+      .def_property_readonly("execution", [](const PyKernel& k) { return k.spec().execution; },
+                             "How the kernel runs: \"gpu\" on Metal; on the CPU simulator \"loop\" (no barrier or "
+                             "SIMD-group function: a plain loop over threads), \"simt\" (each SIMD-group's 32 lanes "
+                             "in lockstep), or \"fibers: <why>\" (a fiber per thread, for code the SIMT transform "
+                             "does not cover).")
       .def_property_readonly("last_gpu_time", &PyKernel::last_gpu_time,
                              "Seconds of GPU time the kernel's last call took (the CPU simulator: the wall time of "
                              "the call). A call queued in metalkit.batch() on the GPU reports the time of the "

@@ -37,7 +37,8 @@ struct KernelSpec {
   std::string name;
   std::vector<ArgSpec> args;
   uint32_t max_threads = 1024;
-  bool needs_fibers = false;
+  bool needs_fibers = false;       // runs with barriers or SIMD-group functions (not as a plain loop)
+  std::string execution = "gpu";   // CPU: "loop", "simt", or "fibers: " and why
   std::string file;
   int line = 0;
 };

@@ -123,8 +123,8 @@ std::string run_trapped(mk_launch_fn launch, const mk_dispatch& d, uint64_t firs
     if (!trap.signal) {
       result = trap.message;
     } else if (overflow) {
-      result = "stack overflow in " + where + " (a thread used more than " +
-               std::to_string(FiberStacks::kStackBytes >> 10) + " KiB of stack); use smaller per-thread arrays";
+      result = "stack overflow in " + where + " (more than " + std::to_string(FiberStacks::kStackBytes >> 10) +
+               " KiB of stack: a SIMD-group holds its 32 threads' locals); use smaller per-thread arrays";
     } else {
       char addr[32];
       std::snprintf(addr, sizeof addr, "0x%llx", (unsigned long long)trap.address);
@@ -156,7 +156,8 @@ class CpuKernel : public KernelImpl {
   CpuKernel(std::shared_ptr<Module> mod, const mk_kernel_info& k) : mod_(std::move(mod)), info_(k) {
     spec_.name = k.name;
     spec_.max_threads = uint32_t(k.max_threads);
-    spec_.needs_fibers = (k.flags & MK_KERNEL_NEEDS_FIBERS) != 0;
+    spec_.needs_fibers = (k.flags & (MK_KERNEL_NEEDS_FIBERS | MK_KERNEL_SIMT)) != 0;
+    spec_.execution = k.execution ? k.execution : "loop";
     spec_.file = k.file;
     spec_.line = k.line;
     for (int i = 0; i < k.nargs; ++i) {

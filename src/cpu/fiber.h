@@ -29,7 +29,8 @@ using FiberEntry = void (*)(void* arg);
 // group it runs, each with a guard page below it so an overflow faults.
 class FiberStacks {
  public:
-  static constexpr size_t kStackBytes = size_t(256) << 10;
+  // A SIMT SIMD-group keeps 32 lanes' locals: room for per-thread arrays of a few KiB.
+  static constexpr size_t kStackBytes = size_t(1) << 20;
   ~FiberStacks();
   // The top of stack i (0-based), allocating more as needed; nullptr if the
   // system refuses more mappings (the caller reports it as a fault).

@@ -43,7 +43,10 @@ struct Group {
   unsigned n = 0, current = 0, live = 0;
   unsigned k = 0;                 // position of `current` in `order` this round
   unsigned at_simd = 0;           // fibers waiting at a SIMD rendezvous
-  bool running = false;
+  unsigned lanes = 1;             // threads per fiber: 1, or 32 for the SIMD-groups of a SIMT kernel
+  unsigned threads = 0;           // threads in the group
+  bool running = false;           // fibers are running
+  bool direct = false;            // SIMD-groups of a SIMT kernel run one after another, without fibers
   uint32_t shuffle_seed = 0;
   std::string fault;              // set by a fiber that asks the scheduler to raise a fault
 };
@@ -84,6 +87,24 @@ std::string triple(const unsigned* p) {
 }
 
 std::string group_name() { return "threadgroup " + triple(group().pos); }
+
+// The threads a fiber (or a directly run SIMD-group) stands for, as in messages.
+std::string unit_name(unsigned u) {
+  const Group& g = group();
+  if (g.lanes == 1) return "thread " + std::to_string(u);
+  const unsigned first = u * g.lanes, last = std::min(g.threads, first + g.lanes) - 1;
+  return "SIMD-group " + std::to_string(u) + " (threads " + std::to_string(first) + "-" + std::to_string(last) + ")";
+}
+
+// Fiber ids as thread ids: each SIMD-group fiber stands for its 32 threads.
+std::vector<unsigned> thread_ids(const std::vector<unsigned>& units) {
+  const Group& g = group();
+  if (g.lanes == 1) return units;
+  std::vector<unsigned> out;
+  for (unsigned u : units)
+    for (unsigned t = u * g.lanes; t < std::min(g.threads, (u + 1) * g.lanes); ++t) out.push_back(t);
+  return out;
+}
 
 // Threads as "3, 7-9, 12", at most a handful of ranges.
 std::string thread_list(const std::vector<unsigned>& ids) {
@@ -143,51 +164,39 @@ bool resolve_simd(Group& g, unsigned sg) {
   return true;
 }
 
-// All live threads wait at barriers: release them, or report a divergence.
+// All live threads wait at barriers: release them, or report a divergence. Threads that
+// returned count as arrived, as on Apple GPUs (they take no further part).
 void resolve_barrier(Group& g) {
-  // The common case in one pass: everyone alive waits at the same barrier.
-  const Fiber* first = nullptr;
-  bool uniform = true;
-  for (unsigned i = 0; i < g.n && uniform; ++i) {
-    const Fiber& f = g.fibers[i];
-    if (f.state == State::AtBarrier) {
-      if (!first) first = &f;
-      uniform = f.at(*first);
-    } else {
-      uniform = f.state != State::Done || g.live == 0;
-    }
-  }
-  if (uniform) {
-    for (unsigned i = 0; i < g.n; ++i)
-      if (g.fibers[i].state == State::AtBarrier) g.fibers[i].state = State::Ready;
-    return;
-  }
-  std::vector<unsigned> waiting, done;
   const Fiber* lead = nullptr;
+  bool same = true;
   for (unsigned i = 0; i < g.n; ++i) {
     const Fiber& f = g.fibers[i];
-    if (f.state == State::Done) {
-      done.push_back(i);
-    } else if (f.state == State::AtBarrier) {
-      if (!lead) lead = &f;
-      waiting.push_back(i);
+    if (f.state == State::AtSimd) return;  // a barrier waits for every live thread
+    if (f.state != State::AtBarrier) continue;
+    if (!lead) lead = &f;
+    same = same && f.at(*lead);
+  }
+  if (!lead) return;
+  if (!same) {
+    std::vector<unsigned> here, elsewhere;
+    const Fiber* other = nullptr;
+    for (unsigned i = 0; i < g.n; ++i) {
+      const Fiber& f = g.fibers[i];
+      if (f.state != State::AtBarrier) continue;
+      if (f.at(*lead)) {
+        here.push_back(i);
+      } else {
+        if (!other) other = &f;
+        elsewhere.push_back(i);
+      }
     }
-  }
-  if (waiting.empty()) return;
-  std::vector<unsigned> elsewhere;
-  for (unsigned i : waiting)
-    if (!g.fibers[i].at(*lead)) elsewhere.push_back(i);
-  if (!elsewhere.empty()) {
-    const Fiber& o = g.fibers[elsewhere[0]];
     raise_fault("divergent barrier in " + group_name() + ": threads wait at different threadgroup_barrier calls, " +
-                where(lead->file, lead->line) + " and " + where(o.file, o.line) + " (threads " +
-                thread_list(elsewhere) + "); every thread of a threadgroup must reach the same barrier");
+                where(lead->file, lead->line) + " (threads " + thread_list(thread_ids(here)) + ") and " +
+                where(other->file, other->line) + " (threads " + thread_list(thread_ids(elsewhere)) +
+                "); every thread of a threadgroup must reach the same barrier");
   }
-  if (!done.empty())
-    raise_fault("divergent barrier in " + group_name() + ": threads " + thread_list(waiting) +
-                " wait at threadgroup_barrier at " + where(lead->file, lead->line) + " but threads " +
-                thread_list(done) + " returned without reaching it; every thread of a threadgroup must reach it");
-  for (unsigned i : waiting) g.fibers[i].state = State::Ready;
+  for (unsigned i = 0; i < g.n; ++i)
+    if (g.fibers[i].state == State::AtBarrier) g.fibers[i].state = State::Ready;
 }
 
 void shuffle_order(Group& g, uint64_t round) {
@@ -203,32 +212,35 @@ void shuffle_order(Group& g, uint64_t round) {
   }
 }
 
-void run_group(mk_thread_fn fn, void* ctx, const unsigned* position, const unsigned* size) {
+// Runs n fibers of `lanes` threads each until all return.
+void run_fibers(mk_thread_fn fn, void* ctx, const unsigned* position, const unsigned* size, unsigned n,
+                unsigned lanes) {
   Group& g = group();
-  const unsigned nthreads = size[0] * size[1] * size[2];
   for (int i = 0; i < 3; ++i) {
     g.pos[i] = position[i];
     g.size[i] = size[i];
   }
   g.fn = fn;
   g.ctx = ctx;
-  g.n = nthreads;
-  g.live = nthreads;
+  g.n = n;
+  g.live = n;
+  g.lanes = lanes;
+  g.threads = size[0] * size[1] * size[2];
   g.fault.clear();
-  if (g.fibers.size() < nthreads) {
-    g.fibers.resize(nthreads);
-    g.slots.resize(nthreads);
+  if (g.fibers.size() < n) {
+    g.fibers.resize(n);
+    g.slots.resize(n);
   }
   g.at_simd = 0;
-  g.order.resize(nthreads);
-  unsigned nsg = (nthreads + 31) / 32;
-  if (g.exchange.size() < nsg) g.exchange.resize(nsg, std::vector<unsigned char>(MK_SIMD_SLOT * 32));
-  for (unsigned i = 0; i < nthreads; ++i) {
+  g.order.resize(n);
+  unsigned nsg = (n + 31) / 32;
+  if (lanes == 1 && g.exchange.size() < nsg) g.exchange.resize(nsg, std::vector<unsigned char>(MK_SIMD_SLOT * 32));
+  for (unsigned i = 0; i < n; ++i) {
     g.order[i] = i;
     g.fibers[i].state = State::Ready;
     void* stack = g.stacks.top(i);
     if (!stack)
-      raise_fault("cannot map " + std::to_string(nthreads) + " fiber stacks for " + group_name() +
+      raise_fault("cannot map " + std::to_string(n) + " fiber stacks for " + group_name() +
                   " (the system's limit on memory mappings, e.g. vm.max_map_count); use smaller threadgroups");
     fiber_init(g.fibers[i].ctx, stack, FiberStacks::kStackBytes, fiber_main, reinterpret_cast<void*>(uintptr_t(i)));
   }
@@ -236,7 +248,7 @@ void run_group(mk_thread_fn fn, void* ctx, const unsigned* position, const unsig
   uint64_t round = 0;
   while (g.live > 0) {
     shuffle_order(g, round++);
-    for (unsigned j = 0; j < nthreads; ++j) {
+    for (unsigned j = 0; j < n; ++j) {
       if (g.fibers[g.order[j]].state != State::Ready) continue;
       g.k = j;
       g.current = g.order[j];
@@ -252,11 +264,54 @@ void run_group(mk_thread_fn fn, void* ctx, const unsigned* position, const unsig
     if (g.at_simd)
       for (unsigned sg = 0; sg < nsg; ++sg) progressed |= resolve_simd(g, sg);
     if (!progressed) resolve_barrier(g);
-    if (std::none_of(g.fibers.begin(), g.fibers.begin() + nthreads, [](const Fiber& f) { return f.state == State::Ready; }))
+    if (std::none_of(g.fibers.begin(), g.fibers.begin() + n, [](const Fiber& f) { return f.state == State::Ready; }))
       raise_fault("the threads of " + group_name() + " wait on one another and none can go on (a SIMD-group "
                   "function reached by only some threads of a group that also waits at a barrier)");
   }
   g.running = false;
+}
+
+void run_group(mk_thread_fn fn, void* ctx, const unsigned* position, const unsigned* size) {
+  run_fibers(fn, ctx, position, size, size[0] * size[1] * size[2], 1);
+}
+
+// Runs the SIMD-groups in g.order one after another on fiber 0's stack (a guarded stack, so an
+// overflow is reported as one), then returns to the scheduler.
+void direct_main(void*) {
+  Group& g = group();
+  for (unsigned j = 0; j < g.n && g.fault.empty(); ++j) {
+    g.current = g.order[j];
+    g.fn(g.ctx, g.current);
+  }
+  fiber_switch(g.fibers[0].ctx, g.main);
+}
+
+void run_simt_group(mk_thread_fn fn, void* ctx, const unsigned* position, const unsigned* size, unsigned nsg,
+                    int fibers) {
+  if (fibers && nsg > 1) return run_fibers(fn, ctx, position, size, nsg, 32);
+  // No barrier to wait at: the SIMD-groups run one after another (in a shuffled order on request).
+  Group& g = group();
+  for (int i = 0; i < 3; ++i) {
+    g.pos[i] = position[i];
+    g.size[i] = size[i];
+  }
+  g.fn = fn;
+  g.ctx = ctx;
+  g.n = nsg;
+  g.lanes = 32;
+  g.threads = size[0] * size[1] * size[2];
+  g.fault.clear();
+  g.order.resize(nsg);
+  if (g.fibers.empty()) g.fibers.resize(1);
+  for (unsigned i = 0; i < nsg; ++i) g.order[i] = i;
+  shuffle_order(g, 0);
+  void* stack = g.stacks.top(0);
+  if (!stack) raise_fault("cannot map a fiber stack for " + group_name());
+  fiber_init(g.fibers[0].ctx, stack, FiberStacks::kStackBytes, direct_main, nullptr);
+  g.direct = true;
+  fiber_switch(g.main, g.fibers[0].ctx);
+  g.direct = false;
+  if (!g.fault.empty()) raise_fault(g.fault);
 }
 
 void rt_barrier(const char* file, int line, int column) { block(State::AtBarrier, file, line, column); }
@@ -279,15 +334,27 @@ void rt_simd_barrier(const char* file, int line, int column) { rt_simd_exchange(
 void rt_fault(const char* message, const char* file, int line) {
   std::string msg = std::string(message) + (file ? " at " + where(file, line) : "");
   Group& g = group();
-  if (g.running) {
+  if (g.running || g.direct) {
     // Leave the fiber's stack first: the jump to the trap happens from the scheduler.
     g.fault = msg;
-    fiber_switch(g.fibers[g.current].ctx, g.main);
+    fiber_switch(g.fibers[g.direct ? 0 : g.current].ctx, g.main);
   }
   raise_fault(msg);
 }
 
-const mk_runtime runtime = {MK_ABI_VERSION, run_group, rt_barrier, rt_simd_barrier, rt_simd_exchange, rt_fault};
+void rt_simt_diverged(unsigned sg, unsigned missing, const char* file, int line) {
+  std::vector<unsigned> lanes;
+  for (unsigned l = 0; l < 32; ++l)
+    if (missing >> l & 1u) lanes.push_back(sg * 32 + l);
+  const std::string msg = "divergent barrier in " + group_name() + ": threads " + thread_list(lanes) +
+                          " of SIMD-group " + std::to_string(sg) +
+                          " did not reach this threadgroup_barrier with the rest of their SIMD-group (they took "
+                          "another branch); every thread of a threadgroup must reach it";
+  rt_fault(msg.c_str(), file, line);
+}
+
+const mk_runtime runtime = {MK_ABI_VERSION, run_group,      rt_barrier,     rt_simd_barrier,
+                            rt_simd_exchange, rt_fault, run_simt_group, rt_simt_diverged};
 
 }  // namespace
 
@@ -298,8 +365,9 @@ void set_shuffle_seed(uint32_t seed) { group().shuffle_seed = seed; }
 std::string abandon_group(uintptr_t addr, bool* stack_overflow) {
   Group& g = group();
   *stack_overflow = addr && g.stacks.in_guard(addr);
-  if (!g.running) return "";
-  g.running = false;
+  if (!g.running && !g.direct) return "";
+  g.running = g.direct = false;
+  if (g.lanes != 1) return group_name() + ", " + unit_name(g.current);
   unsigned i = g.current, x = i % g.size[0], y = (i / g.size[0]) % g.size[1], z = i / (g.size[0] * g.size[1]);
   unsigned local[3] = {x, y, z};
   return group_name() + ", thread " + std::to_string(i) + " at " + triple(local) + " in its threadgroup";

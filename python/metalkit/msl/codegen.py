@@ -77,18 +77,27 @@ def launchers(kernels: list[Kernel]) -> str:
         out.append(f"void __mk_launch{n}(const mk_dispatch* d, mk_u64 first, mk_u64 last, char* tg) {{")
         out.append("  (void)tg;")
         out.extend(binds)
-        runner = "mk::run_groups_fibers" if k.needs_sync else "mk::run_groups"
-        out.append(f"  {runner}(d, first, last, [&](const mk::thread_ids& t) __attribute__((always_inline)) {{")
+        if k.execution == "simt":
+            runner = f"mk::run_groups_simt(d, first, last, {'true' if k.uses_barrier else 'false'}, "
+        elif k.needs_sync:
+            runner = "mk::run_groups_fibers(d, first, last, "
+        else:
+            runner = "mk::run_groups(d, first, last, "
+        out.append(f"  {runner}[&](const mk::thread_ids& t) __attribute__((always_inline)) {{")
         out.append("    (void)t;")
         out.append(f"    {fp}({', '.join(call)});")
         out.append("  });")
         out.append("}")
     out.append("const mk_kernel_info __mk_kernels[] = {")
     for n, k in enumerate(kernels):
-        flags = "MK_KERNEL_NEEDS_FIBERS" if k.needs_sync else "0"
+        flags = "0"
+        if k.needs_sync:
+            flags = "MK_KERNEL_SIMT" if k.execution == "simt" else "MK_KERNEL_NEEDS_FIBERS"
+        if k.uses_barrier:
+            flags += " | MK_KERNEL_BARRIERS"
         nargs = sum(p.present for p in k.params)
         out.append(f"  {{{_c_string(k.host_name)}, __mk_args{n}, {nargs}, {k.max_threads}, {flags}, 0, "
-                   f"__mk_launch{n}, {_c_string(k.file)}, {k.line}}},")
+                   f"__mk_launch{n}, {_c_string(k.file)}, {k.line}, {_c_string(k.execution)}}},")
     if not kernels:
         out.append("  {}")
     out.append("};")

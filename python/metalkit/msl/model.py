@@ -35,6 +35,8 @@ class Kernel:
     max_threads: int = 1024
     needs_sync: str = ""         # first barrier/SIMD-group function it reaches, if any
     function: str = ""           # the C++ function (template) name
+    uses_barrier: bool = False   # it reaches threadgroup_barrier
+    execution: str = "loop"      # "loop", "simt", or "fibers: " and why (set by the SIMT pass)
 
 
 @dataclass
@@ -56,6 +58,9 @@ class FnDef:
     scope: str
     tok: Token                   # the name
     head: int = 0                # first token of the declaration
+    name_at: int = 0             # index of the name token
+    cls: str = ""                # the class it is a method of, if defined in a class body
+    cls_body: int = -1           # index of that class body's '{'
 
 
 @dataclass

@@ -11,7 +11,9 @@ A pipeline of passes over one ``Unit`` (msl/model.py), each in its own file in
 6. kernels              kernels from definitions and ``host_name`` instantiations; ``only`` drops the others
 7. callgraph            which kernels reach a barrier or SIMD-group function
 8. overloads            functions overloaded only on address spaces: one kept
-9. keywords             last: address-space keywords, unused attributes, float literals
+9. keywords             address-space keywords, unused attributes, float literals
+10. simt (msl/simt)     last, on the rewritten tokens: kernels with barriers or SIMD-group functions
+                        and their helpers run each SIMD-group's lanes in lockstep
 
 Kernel signatures are read at token level; types are described by the compiled
 module itself (see ``metalkit/launch.h``).
@@ -19,6 +21,7 @@ module itself (see ``metalkit/launch.h``).
 from __future__ import annotations
 
 from .model import Kernel, Param, Result, Unit
+from . import simt
 from .passes import (attributes, callgraph, function_constants, functions, kernels, keywords, loop_hints, overloads,
                      threadgroup_storage)
 from .source import MslError, Source
@@ -26,13 +29,16 @@ from .source import MslError, Source
 __all__ = ["prepass", "MslError", "Kernel", "Param", "Result"]
 
 
-def prepass(text: str, is_user, constants: dict | None = None, only=None, duplicates: str = "error") -> Result:
+def prepass(text: str, is_user, constants: dict | None = None, only=None, duplicates: str = "error",
+            fibers: str = "") -> Result:
     """Pre-passed text and its kernels.
 
     ``is_user(file)``: whether a file's lines are the user's (others pass through).
     ``constants``: function constant values by name or index.
     ``only``: host names of the kernels to build (None: all).
     ``duplicates="drop"``: kernels sharing a host name are left out instead of being an error.
+    ``fibers``: if set, no SIMT transform: kernels with barriers or SIMD-group functions run a fiber
+    per thread, and this says why.
     """
     unit = Unit(Source(text, is_user), dict(constants or {}), only)
     loop_hints.drop_unexpanded(unit)
@@ -41,9 +47,15 @@ def prepass(text: str, is_user, constants: dict | None = None, only=None, duplic
     threadgroup_storage.rewrite(unit)
     function_constants.bind(unit)
     kernels.collect(unit, duplicates)
-    callgraph.mark(unit)
+    reach = callgraph.mark(unit)
     if only is not None:
         unit.kernels = [k for k in unit.kernels if k.host_name in only]
+        kernels.blank_unbuilt(unit)
     overloads.drop(unit)
     keywords.rewrite(unit)
+    if fibers:
+        for k in unit.kernels:
+            k.execution = f"fibers: {fibers}" if k.needs_sync else "loop"
+    else:
+        simt.transform(unit, reach, text)
     return Result(unit.src.render(), unit.kernels, unit.src.files)

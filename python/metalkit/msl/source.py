@@ -36,6 +36,7 @@ class Source:
         self.loop_hints: list[int] = []   # user lines holding #pragma unroll / clang loop
         self.out: dict[int, str] = {}     # token index -> its rewritten text
         self.after: dict[int, list[str]] = {}  # token index -> text inserted right after it
+        self.before: dict[int, str] = {}       # token index -> text inserted right before it
         self.line_out: dict[int, str] = {}  # whole lines replaced (preprocessor lines only)
         cur_file, cur_line, user = "<unknown>", 1, False
         for i, line in enumerate(self.lines):
@@ -76,18 +77,23 @@ class Source:
     def insert_after(self, i: int, text: str) -> None:
         self.after.setdefault(i, []).append(text)
 
+    def insert_before(self, i: int, text: str) -> None:
+        self.before[i] = text + " " + self.before.get(i, "")
+
     def is_rewritten(self, i: int) -> bool:
         return i in self.out
 
     def text_of(self, i: int) -> str:
         """Token i as rewritten so far (with what was inserted after it)."""
         t = self.out.get(i, self.toks[i].text)
+        if i in self.before:
+            t = self.before[i] + t
         return t + "".join(self.after[i]) if i in self.after else t
 
     def render(self) -> str:
         lines = list(self.lines)
         by_line: dict[int, list[int]] = {}
-        for i in sorted(set(self.out) | set(self.after)):
+        for i in sorted(set(self.out) | set(self.after) | set(self.before)):
             by_line.setdefault(self.toks[i].line, []).append(i)
         first_on_line: dict[int, int] = {}
         for i, t in enumerate(self.toks):

@@ -6,7 +6,7 @@
 
 // Constants are enumerators, not macros: a module's source is preprocessed
 // before its launchers are appended, so macros from here would be gone.
-enum { MK_ABI_VERSION = 3, MK_SIMD_SLOT = 256 };
+enum { MK_ABI_VERSION = 4, MK_SIMD_SLOT = 256 };
 
 #ifdef __cplusplus
 extern "C" {
@@ -58,7 +58,9 @@ typedef struct mk_dispatch {
 // thread. tg_arena is this worker's threadgroup memory.
 typedef void (*mk_launch_fn)(const mk_dispatch* d, mk_u64 first, mk_u64 last, char* tg_arena);
 
-enum mk_kernel_flags { MK_KERNEL_NEEDS_FIBERS = 1 };
+// How a kernel runs: a plain loop over its threads (no barrier, no SIMD-group function),
+// SIMT (each SIMD-group's lanes in lockstep, front end's msl/simt), or a fiber per thread.
+enum mk_kernel_flags { MK_KERNEL_NEEDS_FIBERS = 1, MK_KERNEL_SIMT = 2, MK_KERNEL_BARRIERS = 4 };
 
 typedef struct mk_kernel_info {
   const char* name;          // host name
@@ -70,6 +72,7 @@ typedef struct mk_kernel_info {
   mk_launch_fn launch;
   const char* file;          // where the kernel is defined, for messages
   int line;
+  const char* execution;     // "loop", "simt", or "fibers: " and why
 } mk_kernel_info;
 
 typedef struct mk_module_info {
@@ -112,6 +115,14 @@ typedef struct mk_runtime {
   mk_simd_view (*simd_exchange)(const void* value, unsigned size, const char* file, int line, int column);
   // Reports a fault found by the module's own checks; does not return.
   void (*fault)(const char* message, const char* file, int line);
+  // Runs the SIMD-groups of one SIMT threadgroup: fn gets each SIMD-group's index, in
+  // order or shuffled; as fibers when `fibers` (the kernel has threadgroup barriers and
+  // the group more than one SIMD-group), so `barrier` can wait for the others.
+  void (*run_simt_group)(mk_thread_fn fn, void* ctx, const unsigned* position, const unsigned* size,
+                         unsigned nsg, int fibers);
+  // A threadgroup_barrier reached by only some live lanes of SIMD-group `sg` (`missing`:
+  // the lanes that are not there); does not return.
+  void (*simt_diverged)(unsigned sg, unsigned missing, const char* file, int line);
 } mk_runtime;
 
 #define MK_RUNTIME_SYMBOL "metalkit_set_runtime"

@@ -64,28 +64,6 @@ template <class P> constexpr mk_arg_info describe(const char* name, const char* 
                      layout<E>::size, layout<E>::align};
 }
 
-// ---- per-thread builtin values ----
-struct u3 { unsigned x, y, z; };
-struct thread_ids {
-  u3 pos_in_grid, pos_in_group, group_pos, group_size, dispatch_group_size, ngroups, grid;
-  unsigned index_in_group;
-};
-
-// Converts a builtin value to the parameter's declared type (uint, ushort, uint2, ushort3, ...).
-template <class P> struct builtin_cast {
-  static P from(u3 v) { return P(v.x); }
-};
-template <class T> struct builtin_cast<metal::vec<T, 2>> {
-  static metal::vec<T, 2> from(u3 v) { return metal::vec<T, 2>(T(v.x), T(v.y)); }
-};
-template <class T> struct builtin_cast<metal::vec<T, 3>> {
-  static metal::vec<T, 3> from(u3 v) { return metal::vec<T, 3>(T(v.x), T(v.y), T(v.z)); }
-};
-template <class P> inline __attribute__((always_inline)) P builtin(u3 v) {
-  return builtin_cast<typename unconst<P>::type>::from(v);
-}
-template <class P> inline __attribute__((always_inline)) P builtin(unsigned v) { return P(v); }
-
 // The ids shared by every thread of group g; returns the group's (clipped) size.
 inline __attribute__((always_inline)) u3 group_ids(const mk_dispatch* d, mk_u64 g, thread_ids& t, u3& base) {
   const unsigned gx = d->ngroups[0], gy = d->ngroups[1];
@@ -146,6 +124,51 @@ template <class Body> void run_groups_fibers(const mk_dispatch* d, mk_u64 first,
     const u3 n = group_ids(d, g, c.t, c.base);
     const unsigned pos[3] = {c.t.group_pos.x, c.t.group_pos.y, c.t.group_pos.z}, size[3] = {n.x, n.y, n.z};
     metal::__mk::rt->run_group(fiber_thread<Body>, &c, pos, size);
+  }
+}
+
+// SIMT kernels (msl/simt): the kernel function runs once per SIMD-group, its lanes in
+// lockstep; it finds its SIMD-group in mk::simt::current_frame. Builtins passed to it as
+// arguments are lane 0's: the transformed kernel computes the per-lane ones itself.
+template <class Body> struct simt_group {
+  thread_ids t;
+  u3 base;
+  Body* body;
+  bool fibers;
+};
+
+template <class Body> void simt_sg(void* p, unsigned sg) {
+  simt_group<Body>& c = *static_cast<simt_group<Body>*>(p);
+  simt::frame f;
+  const unsigned n = c.t.group_size.x * c.t.group_size.y * c.t.group_size.z;
+  f.group_pos = c.t.group_pos;
+  f.group_size = c.t.group_size;
+  f.dispatch_group_size = c.t.dispatch_group_size;
+  f.ngroups = c.t.ngroups;
+  f.grid = c.t.grid;
+  f.base = c.base;
+  f.sg = sg;
+  f.nsg = (n + 31u) / 32u;
+  const unsigned lanes = n - sg * 32u < 32u ? n - sg * 32u : 32u;
+  f.alive = lanes == 32u ? ~0u : (1u << lanes) - 1u;
+  f.fibers = c.fibers && f.nsg > 1;
+  thread_ids t = c.t;
+  t.index_in_group = sg * 32u;
+  t.pos_in_group = f.pos_in_group(0);
+  t.pos_in_grid = f.pos_in_grid(0);
+  simt::current_frame = &f;
+  (*c.body)(t);
+}
+
+template <class Body>
+void run_groups_simt(const mk_dispatch* d, mk_u64 first, mk_u64 last, bool barriers, Body body) {
+  for (mk_u64 g = first; g < last; ++g) {
+    simt_group<Body> c;
+    c.body = &body;
+    c.fibers = barriers;
+    const u3 n = group_ids(d, g, c.t, c.base);
+    const unsigned pos[3] = {c.t.group_pos.x, c.t.group_pos.y, c.t.group_pos.z}, size[3] = {n.x, n.y, n.z};
+    metal::__mk::rt->run_simt_group(simt_sg<Body>, &c, pos, size, (n.x * n.y * n.z + 31u) / 32u, barriers);
   }
 }
 

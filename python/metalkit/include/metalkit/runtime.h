@@ -8,13 +8,33 @@ namespace metal {
 namespace __mk {
 inline const mk_runtime* rt = nullptr;
 
-// The caller's source location, for fault messages and to tell call sites apart.
+// One SIMD-group function call in a SIMT kernel: every active lane contributes its
+// value (first pass), then every lane computes its result from all of them (second pass).
+struct simt_exchange {
+  alignas(16) unsigned char slot[32][MK_SIMD_SLOT];
+  unsigned active;        // lanes taking part
+  unsigned lane;          // the lane being run
+  bool computing;         // second pass: every slot is filled
+  bool had_data;          // some lane contributed a value (else the first pass is all there is)
+  unsigned cached;        // bit k: cache[k] holds the result of reduction scope k (0: SIMD-group, 1 + q: quad q)
+  alignas(16) unsigned char cache[9][32];
+
+  inline __attribute__((always_inline)) void begin(unsigned m) {
+    active = m;
+    computing = had_data = false;
+    cached = 0;
+  }
+};
+
+// The caller's source location, for fault messages and to tell call sites apart. In a kernel
+// the front end runs as SIMT (msl/simt), `x` is the SIMD-group's exchange for the call instead.
 struct site {
   const char* file;
   int line;
   int column;
+  simt_exchange* x = nullptr;
   static constexpr site here(const char* f = __builtin_FILE(), int l = __builtin_LINE(), int c = __builtin_COLUMN()) {
-    return {f, l, c};
+    return {f, l, c, nullptr};
   }
 };
 }  // namespace __mk

@@ -50,9 +50,13 @@ template <class T, int N> struct sg_type<vec<T, N>> : sg_type<T> {};
 // The result of one rendezvous, as the calling lane sees it.
 struct sg_view {
   mk_simd_view w;
+  simt_exchange *x = nullptr;  // a SIMT kernel's exchange (else the fiber runtime's rendezvous)
   __MK_F unsigned lane() const { return w.lane; }
   __MK_F unsigned active() const { return w.active; }
   __MK_F bool on(unsigned i) const { return i < 32u && ((w.active >> i) & 1u); }
+  // Whether other lanes' values are here: a SIMT kernel's first pass only collects them,
+  // so a function writing through an output parameter waits for the second.
+  __MK_F bool ready() const { return !x || x->computing; }
   template <class T> __MK_F T get(unsigned i) const {
     T r;
     __builtin_memcpy((void *)&r, w.values + i * w.stride, sizeof(T));
@@ -62,11 +66,24 @@ struct sg_view {
   template <class T> __MK_F T read(unsigned src, const T &own) const { return on(src) ? get<T>(src) : own; }
 };
 
+// A SIMT kernel's exchange: the first pass stores the lane's value, the second reads all of them.
+__MK_F sg_view simt_view(simt_exchange *x, const void *v, unsigned size) {
+  if (!x->computing && size) {
+    __builtin_memcpy(x->slot[x->lane], v, size);
+    x->had_data = true;
+  }
+  return sg_view{mk_simd_view{&x->slot[0][0], MK_SIMD_SLOT, x->active, x->lane, 32u}, x};
+}
+
 template <class T> __MK_F sg_view sg_exchange(const T &v, site s) {
   static_assert(sizeof(T) <= MK_SIMD_SLOT, "SIMD-group value too large");
+  if (s.x) return simt_view(s.x, (const void *)&v, sizeof(T));
   return sg_view{rt->simd_exchange((const void *)&v, sizeof(T), s.file, s.line, s.column)};
 }
-__MK_F sg_view sg_exchange(site s) { return sg_view{rt->simd_exchange(nullptr, 0, s.file, s.line, s.column)}; }
+__MK_F sg_view sg_exchange(site s) {
+  if (s.x) return simt_view(s.x, nullptr, 0);
+  return sg_view{rt->simd_exchange(nullptr, 0, s.file, s.line, s.column)};
+}
 
 template <class T> struct sg_pair {
   T data, fill;
@@ -138,7 +155,19 @@ __MK_F unsigned upto(unsigned lane, bool inclusive) { return inclusive ? (2u << 
 
 template <class Op, bool Quad, class T> __MK_F T sg_reduce(const T &x, site s) {
   sg_view v = sg_exchange(x, s);
-  return sg_fold(v, v.active() & scope_mask(v.lane(), Quad), x, Op());
+  const unsigned m = v.active() & scope_mask(v.lane(), Quad);
+  if (!v.x || !v.x->computing || sizeof(T) > sizeof(v.x->cache[0])) return sg_fold(v, m, x, Op());
+  // A SIMT kernel asks once per lane: fold once per scope.
+  const unsigned k = Quad ? 1u + (v.lane() >> 2) : 0u;
+  T r;
+  if (v.x->cached >> k & 1u) {
+    __builtin_memcpy((void *)&r, v.x->cache[k], sizeof(T));
+  } else {
+    r = sg_fold(v, m, x, Op());
+    __builtin_memcpy(v.x->cache[k], (const void *)&r, sizeof(T));
+    v.x->cached |= 1u << k;
+  }
+  return r;
 }
 template <class Op, bool Quad, bool Inclusive, int Identity, class T> __MK_F T sg_prefix(const T &x, site s) {
   sg_view v = sg_exchange(x, s);

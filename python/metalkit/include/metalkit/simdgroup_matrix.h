@@ -106,6 +106,32 @@ __MK_F void simdgroup_store(const simdgroup_matrix<T, Cols, Rows> &a, T *dst, ul
   }
 }
 
+// The same with the site last and no defaults (how a SIMT kernel calls them).
+template <typename T, int C, int R>
+__MK_F void simdgroup_load(simdgroup_matrix<T, C, R> &d, const T *src, __mk::site s) {
+  simdgroup_load(d, src, C, ulong2(0), false, s);
+}
+template <typename T, int C, int R>
+__MK_F void simdgroup_load(simdgroup_matrix<T, C, R> &d, const T *src, ulong epr, __mk::site s) {
+  simdgroup_load(d, src, epr, ulong2(0), false, s);
+}
+template <typename T, int C, int R>
+__MK_F void simdgroup_load(simdgroup_matrix<T, C, R> &d, const T *src, ulong epr, ulong2 origin, __mk::site s) {
+  simdgroup_load(d, src, epr, origin, false, s);
+}
+template <typename T, int C, int R>
+__MK_F void simdgroup_store(const simdgroup_matrix<T, C, R> &a, T *dst, __mk::site s) {
+  simdgroup_store(a, dst, C, ulong2(0), false, s);
+}
+template <typename T, int C, int R>
+__MK_F void simdgroup_store(const simdgroup_matrix<T, C, R> &a, T *dst, ulong epr, __mk::site s) {
+  simdgroup_store(a, dst, epr, ulong2(0), false, s);
+}
+template <typename T, int C, int R>
+__MK_F void simdgroup_store(const simdgroup_matrix<T, C, R> &a, T *dst, ulong epr, ulong2 origin, __mk::site s) {
+  simdgroup_store(a, dst, epr, origin, false, s);
+}
+
 namespace __mk {
 template <class A, class B, class C> struct sgm_slot {
   vec<A, 2> a;
@@ -118,6 +144,7 @@ __MK_F void sgm_mma(simdgroup_matrix<D, 8, 8> &d, const simdgroup_matrix<A, 8, 8
                     const simdgroup_matrix<B, 8, 8> &b, const simdgroup_matrix<C, 8, 8> &c, site s) {
   typedef sgm_slot<A, B, C> slot;
   const sg_view v = sg_exchange(slot{a.__e, b.__e, c.__e}, s);
+  if (!v.ready()) return;  // d may be c: written only once every lane's operands are in
   const unsigned l = v.lane(), r = sgm_row(l), c0 = sgm_col(l);
   float arow[8], bcol[2][8];
   for (unsigned k = 0; k < 8; k += 2) {
@@ -159,11 +186,18 @@ __MK_F void simdgroup_multiply_accumulate(simdgroup_matrix<D, 8, 8> &d, const si
 }
 
 // a * b as an expression: the matrix product (a SIMD-group collective, like simdgroup_multiply).
+namespace __mk {
+template <class T>
+__MK_F simdgroup_matrix<T, 8, 8> sgm_product(const simdgroup_matrix<T, 8, 8> &a, const simdgroup_matrix<T, 8, 8> &b,
+                                             site s = site::here()) {
+  simdgroup_matrix<T, 8, 8> d;
+  sgm_mma<false>(d, a, b, a, s);
+  return d;
+}
+} // namespace __mk
 template <class T>
 __MK_F simdgroup_matrix<T, 8, 8> operator*(const simdgroup_matrix<T, 8, 8> &a, const simdgroup_matrix<T, 8, 8> &b) {
-  simdgroup_matrix<T, 8, 8> d;
-  __mk::sgm_mma<false>(d, a, b, a, __mk::site::here());
-  return d;
+  return __mk::sgm_product(a, b);
 }
 
 } // namespace metal

@@ -26,6 +26,7 @@ def find(unit: Unit) -> None:
     attr_end = {e: s for s, (e, _) in attr_at.items()}
 
     scope: list[str] = []      # namespace names ("" for other braces)
+    classes: list[tuple[str, int]] = []  # (name, '{' index) of each open scope that is a class body
     stmt_start = 0
     i = 0
     while i < n:
@@ -72,10 +73,11 @@ def find(unit: Unit) -> None:
                 if is_kernel and not any(toks[h].text == "void" for h in head):
                     raise src.error(toks[prev], f"kernel function '{toks[prev].text}' must return void")
                 params = params_pass.parse(unit, i, close) if is_kernel else []
+                cls, cls_body = classes[-1] if scope and scope[-1] == "<class>" else ("", -1)
                 unit.functions.append(FnDef(toks[prev].text, params, (k, body_end), is_kernel,
                                             toks[stmt_start].text == "template", unit.attrs_between(stmt_start, i),
                                             "::".join(s for s in scope if not s.startswith("<")),
-                                            toks[prev], stmt_start))
+                                            toks[prev], stmt_start, prev, cls, cls_body))
                 i = body_end + 1
                 stmt_start = i
                 continue
@@ -84,12 +86,26 @@ def find(unit: Unit) -> None:
         if t.text == "{":
             # A class body holds methods (scanned like functions); other braces hold statements.
             head = {x.text for x in toks[stmt_start:i]}
-            scope.append("<class>" if head & {"struct", "class", "union"} and "enum" not in head
-                         and "=" not in head else "")
+            is_class = bool(head & {"struct", "class", "union"}) and "enum" not in head and "=" not in head
+            scope.append("<class>" if is_class else "")
+            if is_class:
+                classes.append((_class_name(toks, stmt_start, i), i))
+            stmt_start = i + 1
         elif t.text == "}":
-            if scope:
-                scope.pop()
+            if scope and scope.pop() == "<class>":
+                classes.pop()
             stmt_start = i + 1
         elif t.text == ";":
             stmt_start = i + 1
         i += 1
+
+
+def _class_name(toks, a: int, b: int) -> str:
+    """The name a class head toks[a:b] declares (`template <class T> struct S : B`)."""
+    depth = 0
+    for k in range(a, b - 1):
+        x = toks[k].text
+        depth += (x == "<") - (x == ">") - 2 * (x == ">>")
+        if depth == 0 and x in ("struct", "class", "union") and toks[k + 1].kind == "id":
+            return toks[k + 1].text
+    return ""

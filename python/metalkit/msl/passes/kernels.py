@@ -135,3 +135,18 @@ def _instantiation(unit: Unit, a: int, b: int, by_name: dict, serial: int):
     decl = f" static constexpr {' '.join(w for w in words if w)} = {ref};"
     qual = f"::{tmpl.scope}::{ptr}" if tmpl.scope else f"::{ptr}"
     return Kernel(host, qual, tmpl.params, *src.where(toks[name_i])[:2], _max_threads(src, tmpl), function=fname), decl
+
+
+def blank_unbuilt(unit: Unit) -> None:
+    """With ``only``, the bodies of kernel functions that no built kernel uses become ``{}``: nothing
+    compiles them, and nothing in them needs rewriting."""
+    built = {k.function for k in unit.kernels}
+    src = unit.src
+    for f in unit.functions:
+        if f.is_kernel and f.name not in built:
+            a, b = f.body
+            if b > a + 1:
+                src.blank(a + 1, b - 1)
+                for i in range(a + 1, b):
+                    src.after.pop(i, None)
+                unit.dropped.update(range(a + 1, b))

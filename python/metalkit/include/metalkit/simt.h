@@ -1,0 +1,167 @@
+// What kernels the front end turns into SIMT code (python/metalkit/msl/simt) run on.
+//
+// Such a kernel is called once per SIMD-group. Its locals that live across
+// statements are `mk::lanes<T>`: one T per lane. Each statement runs for every
+// active lane (bit l of the mask `__m`) before the next, so the 32 lanes of a
+// SIMD-group are in lockstep as on an Apple GPU. SIMD-group functions are
+// called through `invoke`, which gives every active lane a view of all lanes'
+// values; threadgroup barriers go through `barrier`, which checks that every
+// live lane of the SIMD-group is there and then lets the other SIMD-groups of
+// the threadgroup catch up (the runtime runs them as fibers).
+#pragma once
+#pragma clang system_header
+#include "abi.h"
+#include "ids.h"
+#include "runtime.h"
+
+// Placement new (there is no <new> in an MSL compile).
+inline __attribute__((always_inline)) void* operator new(__SIZE_TYPE__, void* p) noexcept { return p; }
+
+namespace mk {
+namespace simt {
+
+// ---- per-lane storage ----
+template <class T> struct lanes {
+  alignas(T) unsigned char __raw[sizeof(T) * 32];
+  __MK_F T& operator[](unsigned l) { return reinterpret_cast<T*>(__raw)[l]; }
+  template <class... A> __MK_F void set(unsigned l, A&&... a) {
+    ::new ((void*)&reinterpret_cast<T*>(__raw)[l]) T(static_cast<A&&>(a)...);
+  }
+  template <class... A> __MK_F void set_list(unsigned l, A&&... a) {
+    ::new ((void*)&reinterpret_cast<T*>(__raw)[l]) T{static_cast<A&&>(a)...};
+  }
+  __MK_F void init_default(unsigned l) { ::new ((void*)&reinterpret_cast<T*>(__raw)[l]) T; }
+};
+// A reference per lane: bound once, then every use goes through it.
+template <class T> struct lanes<T&> {
+  T* __p[32];
+  __MK_F T& operator[](unsigned l) { return *__p[l]; }
+  __MK_F void set(unsigned l, T& r) { __p[l] = &r; }
+};
+// A const reference may bind a temporary: keep the value.
+template <class T> struct lanes<const T&> : lanes<const T> {};
+template <class T> struct lanes<T&&> : lanes<T> {};
+template <class T, unsigned long N> struct lanes<T[N]> {
+  alignas(T) unsigned char __raw[sizeof(T) * N * 32];
+  typedef T row[N];
+  __MK_F row& operator[](unsigned l) { return reinterpret_cast<row*>(__raw)[l]; }
+};
+// Copies an array value into one lane's array (arrays with initializers).
+template <class T, unsigned long N> __MK_F void copy(T (&d)[N], const T (&s)[N]) {
+  for (unsigned long i = 0; i < N; ++i) d[i] = s[i];
+}
+template <class T, unsigned long N, unsigned long M> __MK_F void copy(T (&d)[N][M], const T (&s)[N][M]) {
+  for (unsigned long i = 0; i < N; ++i) copy(d[i], s[i]);
+}
+
+// The type of `auto x = e;` from decltype((e)).
+template <class T> struct decay { typedef T type; };
+template <class T> struct decay<T&> : decay<T> {};
+template <class T> struct decay<T&&> : decay<T> {};
+template <class T> struct decay<const T> : decay<T> {};
+template <class T> struct decay<volatile T> : decay<T> {};
+template <class T> struct decay<const volatile T> : decay<T> {};
+template <class T, unsigned long N> struct decay<T[N]> { typedef T* type; };
+template <class T> using auto_t = typename decay<T>::type;
+template <class T> struct unref { typedef T type; };
+template <class T> struct unref<T&> { typedef T type; };
+template <class T> struct unref<T&&> { typedef T type; };
+template <class T> using unref_t = typename unref<T>::type;
+
+// ---- SIMT helper functions ----
+// A helper that reaches a SIMD-group function or barrier is declared with this return type and
+// defined as Tag::call; the call site tells it from an ordinary function by its return type.
+template <class Tag, class R> struct tag {
+  typedef Tag type;
+  typedef R result;
+};
+template <class D> struct result_of { typedef D type; };
+template <class Tag, class R> struct result_of<tag<Tag, R>> { typedef R type; };
+template <class D> using result_t = typename result_of<D>::type;
+template <class D> struct is_tag { static constexpr bool value = false; };
+template <class Tag, class R> struct is_tag<tag<Tag, R>> { static constexpr bool value = true; };
+struct none {};
+template <class R> struct ret_lanes { typedef lanes<R> type; };
+template <> struct ret_lanes<void> { typedef none type; };
+template <class D> using ret_lanes_t = typename ret_lanes<result_t<D>>::type;
+
+// The I-th of a pack of accessors (each: unsigned lane -> the argument for that lane).
+template <unsigned I, class A0, class... A> __MK_F decltype(auto) nth(A0&& a0, A&&... a) {
+  if constexpr (I == 0) return static_cast<A0&&>(a0);
+  else return nth<I - 1>(static_cast<A&&>(a)...);
+}
+
+// ---- the SIMD-group being run ----
+struct frame {
+  u3 group_pos, group_size, dispatch_group_size, ngroups, grid, base;
+  unsigned sg;            // SIMD-group index in the threadgroup
+  unsigned nsg;           // SIMD-groups in the threadgroup
+  unsigned alive;         // lanes that exist and have not returned from the kernel
+  bool fibers;            // SIMD-groups run as fibers: a barrier waits for the others
+  metal::__mk::simt_exchange x;
+
+  __MK_F unsigned index(unsigned l) const { return sg * 32u + l; }
+  __MK_F u3 pos_in_group(unsigned l) const {
+    const unsigned i = index(l), nx = group_size.x, ny = group_size.y;
+    return {i % nx, (i / nx) % ny, i / (nx * ny)};
+  }
+  __MK_F u3 pos_in_grid(unsigned l) const {
+    const u3 p = pos_in_group(l);
+    return {base.x + p.x, base.y + p.y, base.z + p.z};
+  }
+};
+inline thread_local frame* current_frame = nullptr;
+
+template <class F, class = void> struct takes_site { static constexpr bool value = false; };
+template <class F>
+struct takes_site<F, decltype((void)(*(F*)nullptr)(0u, metal::__mk::site{}))> { static constexpr bool value = true; };
+
+// A call of a SIMD-group function (or of a helper that reaches one) by the active lanes m.
+// D: the declared result of the call. siteful(l, site): the call for lane l, passing the
+// SIMD-group's exchange (metalkit's own SIMD-group functions take it); plain(l): the call
+// for lane l as written (a function of the same name that is not one); tagged(D): the
+// call of a SIMT helper with per-lane arguments. res: where each lane's result goes.
+template <class D, class Res, class B, class P, class G>
+__MK_F void invoke(frame& f, unsigned m, Res* res, B&& siteful, P&& plain, G&& tagged) {
+  if constexpr (is_tag<D>::value) {
+    tagged(D{});
+  } else if constexpr (takes_site<B>::value) {
+    metal::__mk::simt_exchange& x = f.x;
+    x.begin(m);
+    const metal::__mk::site s{"", 0, 0, &x};
+    for (unsigned l = 0; l < 32u; ++l)
+      if (m >> l & 1u) {
+        x.lane = l;
+        if constexpr (__is_same(D, void)) siteful(l, s);
+        else res->set(l, siteful(l, s));
+      }
+    if (!x.had_data) return;
+    x.computing = true;
+    for (unsigned l = 0; l < 32u; ++l)
+      if (m >> l & 1u) {
+        x.lane = l;
+        if constexpr (__is_same(D, void)) siteful(l, s);
+        else res->set(l, siteful(l, s));
+      }
+  } else {
+    for (unsigned l = 0; l < 32u; ++l)
+      if (m >> l & 1u) {
+        if constexpr (__is_same(D, void)) plain(l);
+        else res->set(l, plain(l));
+      }
+  }
+}
+
+// threadgroup_barrier: every live lane of the SIMD-group must be here; then the other
+// SIMD-groups of the threadgroup run up to the same barrier.
+__MK_F void barrier(frame& f, unsigned m, const char* file, int line, int column) {
+  if (m != f.alive) metal::__mk::rt->simt_diverged(f.sg, f.alive & ~m, file, line);
+  if (f.fibers) {
+    metal::__mk::rt->barrier(file, line, column);
+    current_frame = &f;  // another SIMD-group ran on this thread meanwhile
+  }
+}
+
+}  // namespace simt
+template <class T> using lanes = simt::lanes<T>;
+}  // namespace mk

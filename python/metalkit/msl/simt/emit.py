@@ -1,0 +1,732 @@
+"""SIMT code for one analysed function body.
+
+The body becomes C++ that runs one SIMD-group: `__m` is the mask of active
+lanes, a region of per-lane statements is a loop over them
+(`for (__l ...) if (__m >> __l & 1)`), locals that live across regions are
+`mk::lanes<T>`, SIMD-group functions go through `mk::simt::invoke`, barriers
+through `mk::simt::barrier`, and control flow on per-lane values runs under
+masks with the lanes reconverging after it. Code is attached to the tokens it
+comes from, so it stays on the user's lines.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from . import syntax as sx
+from .analysis import Function, Info
+from .syntax import Unsupported
+
+LANES = "for (unsigned __l = 0; __l < 32u; ++__l) if (__m >> __l & 1u)"
+
+
+@dataclass(eq=False)
+class Piece:
+    kind: str                   # U, R (region), RW, H, B, S, M, N (simdgroup_barrier: nothing)
+    stmts: list                 # the statements (several for a region)
+    bodies: list = field(default_factory=list)  # S/M: lists of pieces, one per branch / the body
+    retires: bool = False       # lanes may leave the current mask (return / break / continue)
+
+
+class Emitter:
+    def __init__(self, fn: Function, is_kernel: bool, has_result: bool):
+        self.fn = fn
+        self.unit = fn.unit
+        self.src = fn.unit.src
+        self.toks = fn.unit.toks
+        self.is_kernel = is_kernel
+        self.has_result = has_result
+        self.frags: dict[int, list[str]] = {}
+        self.cursor = fn.body.a
+        self.serial = 0
+        self.subst: dict[int, tuple[int, object]] = {}  # first token -> (last token, lane -> text)
+        # Enclosing loops and switches, innermost last: (kind, id, is_switch); kind S: plain C++,
+        # M: run under masks, L: per-lane code inside a region, R: a region's lane loop.
+        self.loops: list[tuple[str, int | None, bool]] = []
+        self.region_end = ""                            # label ending the current region's lane body
+        self.region_jumps: set[str] = set()             # mask variables a region's jumps set
+
+    # ---------------------------------------------------------------- output
+    def put(self, tok: int, text: str) -> None:
+        tok = max(tok, self.cursor)
+        self.cursor = tok
+        self.frags.setdefault(tok, []).append(text)
+
+    def new(self) -> int:
+        self.serial += 1
+        return self.serial
+
+    # ---------------------------------------------------------------- rendering
+    def render(self, a: int, b: int, lane) -> str:
+        """Tokens [a, b] as C++, locals of lane `lane` (None: no per-lane local may appear)."""
+        out = []
+        i = a
+        fn = self.fn
+        while i <= b:
+            if i in self.subst:
+                end, text = self.subst[i]
+                if lane is None:
+                    raise Unsupported(i, "a SIMD-group function result used where every lane must agree")
+                out.append(text(lane))
+                i = end + 1
+                continue
+            v = fn.name_var.get(i)
+            w = self.toks[i].text
+            if v is not None and v.lanes:
+                if lane is None:
+                    raise Unsupported(i, f"'{w}' differs between lanes where every lane must agree")
+                out.append(f"{w}[{lane}]")
+            elif i in fn.member_toks:
+                out.append(f"__this[{lane}]->{w}")
+            elif w == "this" and fn.has_this and self.toks[i].kind == "id":
+                out.append(f"__this[{lane}]")
+            elif w == "decltype" and i + 3 <= b and self.toks[i + 1].text == "(" and self.toks[i + 3].text == ")" \
+                    and fn.name_var.get(i + 2) is not None and fn.name_var[i + 2].lanes:
+                out.append(f"mk::simt::unref_t<decltype({self.toks[i + 2].text}[0])>")
+                i += 4
+                continue
+            else:
+                t = self.src.text_of(i)
+                if t:
+                    out.append(t)
+            i += 1
+        return " ".join(out)
+
+    def expr(self, e, lane) -> str:
+        return self.render(e.a, e.b, lane) if e is not None else ""
+
+    # ---------------------------------------------------------------- sorting into pieces
+    def info(self, s) -> Info:
+        return self.fn.info[id(s)]
+
+    def is_l(self, s, ctx_v: bool) -> bool:
+        """Whether statement s can run inside a region (per lane, with its own control flow)."""
+        inf = self.info(s)
+        if inf.hoists or inf.barrier or inf.simd_barrier:
+            return False
+        if isinstance(s, (sx.Return, sx.Jump)):
+            return ctx_v or (isinstance(s, sx.Return) and self.fn.varying(inf))
+        if isinstance(s, (sx.ExprStmt, sx.Decl)):
+            if isinstance(s, sx.Decl) and any(dc.var.kind == "shared" for dc in s.declarators):
+                return False
+            if inf.assign_rw or (inf.mem_r and inf.mem_w):
+                return False
+            return ctx_v or self.fn.per_lane(inf)
+        if isinstance(s, sx.Other):
+            return False
+        if isinstance(s, sx.Case):
+            return False
+        if isinstance(s, (sx.If, sx.Switch)):
+            v = ctx_v or self.fn.varying(self.info(s.cond))
+        elif isinstance(s, (sx.While, sx.DoWhile, sx.For)):
+            v = ctx_v or id(s) in self.fn.loop_varying
+        else:  # Block
+            v = ctx_v
+        return v and self.fusable(self.leaves(s))
+
+    def leaves(self, s) -> list:
+        """(mem_r, mem_w) of every statement inside s, or None if s holds something a region cannot."""
+        out = []
+
+        def walk(t):
+            if isinstance(t, sx.Block):
+                for c in t.stmts:
+                    walk(c)
+            elif isinstance(t, sx.If):
+                out.append(self.info(t.cond))
+                walk(t.then)
+                if t.els is not None:
+                    walk(t.els)
+            elif isinstance(t, (sx.While, sx.DoWhile, sx.Switch)):
+                out.append(self.info(t.cond))
+                walk(t.body)
+            elif isinstance(t, sx.For):
+                if t.init is not None:
+                    walk(t.init)
+                for p in (t.cond, t.inc):
+                    if p is not None:
+                        out.append(self.info(p))
+                walk(t.body)
+            elif isinstance(t, sx.Decl) and any(dc.var.kind == "shared" for dc in t.declarators):
+                out.append(None)
+            else:
+                out.append(self.info(t))
+        walk(s)
+        return out
+
+    @staticmethod
+    def fusable(leaves: list) -> bool:
+        """A region may hold any number of statements that read shared memory, or one that writes it."""
+        if any(x is None or x.hoists or x.barrier or (x.mem_r and x.mem_w) or x.assign_rw for x in leaves):
+            return False
+        writes = sum(1 for x in leaves if x.mem_w)
+        reads = sum(1 for x in leaves if x.mem_r)
+        return writes == 0 or (writes == 1 and reads == 0)
+
+    def sort(self, stmts: list, ctx_v: bool) -> list[Piece]:
+        pieces: list[Piece] = []
+        region: Piece | None = None
+        region_leaves: list = []
+        for s in stmts:
+            if self.is_l(s, ctx_v):
+                lv = self.leaves(s)
+                if region is not None and self.fusable(region_leaves + lv):
+                    region.stmts.append(s)
+                    region_leaves += lv
+                    continue
+                region = Piece("R", [s])
+                region_leaves = lv
+                pieces.append(region)
+                continue
+            region = None
+            pieces.append(self.piece(s, ctx_v))
+        for p in pieces:
+            p.retires = self.retires(p, ctx_v)
+        return pieces
+
+    def piece(self, s, ctx_v: bool) -> Piece:
+        inf = self.info(s)
+        if isinstance(s, (sx.ExprStmt, sx.Decl, sx.Return)) and inf.barrier:
+            if not (isinstance(s, sx.ExprStmt) and isinstance(s.expr, sx.Call)):
+                raise Unsupported(s.a, "threadgroup_barrier inside an expression")
+            return Piece("B", [s])
+        if isinstance(s, (sx.ExprStmt, sx.Decl, sx.Return)) and inf.hoists:
+            return Piece("H", [s])
+        if isinstance(s, sx.ExprStmt) and inf.simd_barrier and isinstance(s.expr, sx.Call):
+            return Piece("N", [s])
+        if isinstance(s, (sx.ExprStmt, sx.Decl)) and (inf.assign_rw or (inf.mem_r and inf.mem_w)) and (
+                ctx_v or self.fn.per_lane(inf)):
+            return Piece("RW", [s])
+        if isinstance(s, (sx.ExprStmt, sx.Decl, sx.Return, sx.Jump, sx.Other, sx.Case)):
+            return Piece("U", [s])
+        if isinstance(s, sx.Block):
+            return Piece("S", [s], [self.sort(s.stmts, ctx_v)])
+        if isinstance(s, sx.If):
+            cv = ctx_v or self.fn.varying(self.info(s.cond)) or bool(self.info(s.cond).hoists)
+            bodies = [self.sort(_stmts(s.then), cv)] + ([self.sort(_stmts(s.els), cv)] if s.els is not None else [])
+            return Piece("M" if cv else "S", [s], bodies)
+        if isinstance(s, (sx.While, sx.DoWhile, sx.For)):
+            v = ctx_v or id(s) in self.fn.loop_varying or any(
+                p is not None and self.info(p).hoists for p in _loop_parts(s))
+            body = self.sort(_stmts(s.body), v)
+            bodies = [body]
+            if isinstance(s, sx.For) and s.init is not None:
+                bodies = [self.sort([s.init], ctx_v), body]
+            return Piece("M" if v else "S", [s], bodies)
+        if isinstance(s, sx.Switch):
+            if ctx_v or self.fn.varying(self.info(s.cond)):
+                raise Unsupported(s.a, "a switch on a per-thread value around SIMD-group functions or barriers")
+            return Piece("S", [s], [self.sort(_stmts(s.body), False)])
+        raise Unsupported(s.a, "this statement")
+
+    def retires(self, p: Piece, ctx_v: bool) -> bool:
+        """Whether lanes may leave the mask in p (a return, break or continue that not all take)."""
+        if p.kind in ("U",) and not ctx_v:
+            return False
+
+        def has_jump(s, depth):
+            if isinstance(s, sx.Return):
+                return True
+            if isinstance(s, sx.Jump):
+                return depth == 0
+            if isinstance(s, sx.Block):
+                return any(has_jump(c, depth) for c in s.stmts)
+            if isinstance(s, sx.If):
+                return has_jump(s.then, depth) or (s.els is not None and has_jump(s.els, depth))
+            if isinstance(s, (sx.While, sx.DoWhile, sx.For)):
+                return has_jump(s.body, depth + 1)
+            if isinstance(s, sx.Switch):
+                return has_jump(s.body, depth + 1)
+            return False
+        if p.kind == "S":
+            return any(q.retires for body in p.bodies for q in body)
+        return any(has_jump(s, 0) for s in p.stmts) and (ctx_v or p.kind != "U")
+
+    # ---------------------------------------------------------------- storage
+    def place(self, pieces: list[Piece]) -> None:
+        """Which varying locals need per-lane storage: those used by more than one piece."""
+        fn = self.fn
+        owner: dict[int, int] = {}
+
+        def own(a, b, pid):
+            for i in range(a, b + 1):
+                v = fn.name_var.get(i)
+                if v is not None:
+                    v.units.add(pid)
+
+        def walk(ps):
+            for p in ps:
+                pid = id(p)
+                if p.kind in ("S", "M"):
+                    s = p.stmts[0]
+                    for part in _heads(s):
+                        if part is not None:
+                            own(part.a, part.b, pid)
+                    for body in p.bodies:
+                        walk(body)
+                else:
+                    for s in p.stmts:
+                        own(s.a, s.b, pid)
+                        for t in _nested(s):
+                            owner[id(t)] = pid
+        walk(pieces)
+        for v in fn.vars:
+            if v.kind in ("param", "builtin"):
+                v.lanes = True
+            elif v.kind in ("local", "kparam") and not v.uniform:
+                v.lanes = len(v.units) > 1 or v.decl_stmt is None or owner.get(id(v.decl_stmt)) not in v.units
+        # An escaping `auto` local is typed from its initializer, outside the region: what that
+        # names must be visible there too.
+        changed = True
+        while changed:
+            changed = False
+            for v in fn.vars:
+                if v.lanes and v.decl is not None and _deduced(self.toks, v.decl_stmt):
+                    init = v.decl.init
+                    for n in (init.walk() if init is not None else ()):
+                        if isinstance(n, sx.Name) and n.var is not None and not n.var.uniform and not n.var.lanes:
+                            n.var.lanes = changed = True
+
+    # ---------------------------------------------------------------- pieces
+    def emit_list(self, pieces: list[Piece], ctx_v: bool, guard: bool = True) -> None:
+        open_guards = 0
+        for k, p in enumerate(pieces):
+            self.emit_piece(p, ctx_v)
+            if p.retires and guard and k + 1 < len(pieces):
+                nxt = pieces[k + 1].stmts[0]
+                if self.is_kernel:
+                    self.put(nxt.a, "if (!__f.alive) return;")
+                self.put(nxt.a, "if (__m) {")
+                open_guards += 1
+        if open_guards:
+            self.put(pieces[-1].stmts[-1].b, "}" * open_guards)
+
+    def emit_piece(self, p: Piece, ctx_v: bool) -> None:
+        {"U": self.emit_uniform, "R": self.emit_region, "RW": self.emit_rw, "H": self.emit_hoisted,
+         "B": self.emit_barrier, "S": self.emit_structure, "M": self.emit_masked,
+         "N": lambda p, ctx_v: self.put(p.stmts[0].a, ";")}[p.kind](p, ctx_v)
+
+    def emit_uniform(self, p: Piece, ctx_v: bool) -> None:
+        s = p.stmts[0]
+        if isinstance(s, sx.Return):
+            self.emit_return_all(s)
+            return
+        if isinstance(s, sx.Jump):
+            self.emit_jump_all(s)
+            return
+        if isinstance(s, sx.Decl):
+            self.emit_decl(s, None)
+            return
+        self.put(s.a, self.render(s.a, s.b, None))
+
+    def emit_return_all(self, s: sx.Return) -> None:
+        """A return every active lane takes (the context is uniform: no masked structure encloses it)."""
+        code = f"{LANES} __ret->set(__l, {self.expr(s.value, '__l')}); " if s.value is not None else ""
+        if self.is_kernel:
+            code += "__f.alive &= ~__m; "
+        self.put(s.a, "{ " + code + "return; }")
+
+    def emit_jump_all(self, s: sx.Jump) -> None:
+        """A break or continue every active lane takes."""
+        target = self.jump_target(s.kind)
+        if target is None:
+            raise Unsupported(s.a, f"'{s.kind}' outside a loop")
+        kind, ident = target[1][0], target[1][1]
+        if kind == "S":
+            self.put(s.a, s.kind + ";")
+            return
+        var = f"__lx{ident}" if s.kind == "break" else f"__lc{ident}"
+        self.put(s.a, f"{{ {var} |= __m; __m = 0u; }}")
+
+    def jump_target(self, kind: str):
+        """(position in self.loops, entry) of what a break/continue leaves, regions skipped."""
+        for k in range(len(self.loops) - 1, -1, -1):
+            tp, ident, is_switch = self.loops[k]
+            if tp == "R" or (kind == "continue" and is_switch):
+                continue
+            return k, self.loops[k]
+        return None
+
+    # -- regions
+    def emit_region(self, p: Piece, ctx_v: bool) -> None:
+        stmts = p.stmts
+        if len(stmts) == 1 and isinstance(stmts[0], (sx.Return, sx.Jump)) and (
+                isinstance(stmts[0], sx.Jump) or stmts[0].value is None):
+            s = stmts[0]
+            if isinstance(s, sx.Return):
+                code = "__rt |= __m; " + ("__f.alive &= ~__m; " if self.is_kernel else "") + "__m = 0u;"
+                self.put(s.a, "{ " + code + " }")
+            else:
+                self.emit_jump_all(s)
+            return
+        first = stmts[0]
+        decls = [self.lanes_decl(dc, d) for d in stmts if isinstance(d, sx.Decl)
+                 for dc in d.declarators if dc.var.lanes]
+        k = self.new()
+        outer_end, outer_jumps = self.region_end, self.region_jumps
+        self.region_end, self.region_jumps = f"__mk_e{k}", set()
+        self.loops.append(("R", None, False))
+        self.put(first.a, " ".join(decls) + f" {LANES} {{ {{")
+        for s in stmts:
+            self.lane_stmt(s)
+        self.loops.pop()
+        jumps = self.region_jumps
+        end = f"}} {self.region_end}:; }}" if jumps else "} }"
+        after = ""
+        if jumps:
+            retired = " | ".join(sorted(jumps))
+            after = f" __m &= ~({retired});"
+            if self.is_kernel and "__rt" in jumps:
+                after += " __f.alive &= ~__rt;"
+        self.put(stmts[-1].b, end + after)
+        self.region_end, self.region_jumps = outer_end, outer_jumps
+
+    def lane_stmt(self, s) -> None:
+        """Statement s inside a region's lane loop (lane `__l`)."""
+        if isinstance(s, sx.ExprStmt):
+            self.put(s.a, self.render(s.a, s.b, "__l"))
+        elif isinstance(s, sx.Decl):
+            self.emit_decl(s, "__l")
+        elif isinstance(s, sx.Return):
+            code = f"__ret->set(__l, {self.expr(s.value, '__l')}); " if s.value is not None else ""
+            self.region_jumps.add("__rt")
+            self.put(s.a, f"{{ {code}__rt |= 1u << __l; goto {self.region_end}; }}")
+        elif isinstance(s, sx.Jump):
+            target = self.jump_target(s.kind)
+            region = max(k for k, e in enumerate(self.loops) if e[0] == "R")
+            if target is not None and target[0] > region:
+                self.put(s.a, s.kind + ";")  # a loop inside the region
+            else:
+                if target is None or target[1][0] != "M":
+                    raise Unsupported(s.a, f"'{s.kind}' out of a loop that every lane runs, taken by some lanes")
+                ident = target[1][1]
+                var = f"__lx{ident}" if s.kind == "break" else f"__lc{ident}"
+                self.region_jumps.add(var)
+                self.put(s.a, f"{{ {var} |= 1u << __l; goto {self.region_end}; }}")
+        elif isinstance(s, sx.Block):
+            self.put(s.a, "{")
+            for c in s.stmts:
+                self.lane_stmt(c)
+            self.put(s.b, "}")
+        elif isinstance(s, sx.If):
+            self.put(s.a, f"if ({self.expr(s.cond, '__l')})")
+            self.lane_branch(s.then)
+            if s.els is not None:
+                self.put(s.els.a, "else")
+                self.lane_branch(s.els)
+        elif isinstance(s, sx.While):
+            self.put(s.a, f"while ({self.expr(s.cond, '__l')})")
+            self.lane_loop_body(s.body)
+        elif isinstance(s, sx.DoWhile):
+            self.put(s.a, "do")
+            self.lane_loop_body(s.body)
+            self.put(s.b, f"while ({self.expr(s.cond, '__l')});")
+        elif isinstance(s, sx.For):
+            init = ""
+            if s.init is not None:
+                if isinstance(s.init, sx.Decl) and any(dc.var.lanes for dc in s.init.declarators):
+                    raise Unsupported(s.a, "a loop variable used outside its loop")
+                init = self.render(s.init.a, s.init.b - 1, "__l")
+            self.put(s.a, f"for ({init}; {self.expr(s.cond, '__l')}; {self.expr(s.inc, '__l')})")
+            self.lane_loop_body(s.body)
+        elif isinstance(s, sx.Switch):
+            self.put(s.a, f"switch ({self.expr(s.cond, '__l')})")
+            self.loops.append(("L", None, True))
+            self.lane_branch(s.body)
+            self.loops.pop()
+        elif isinstance(s, sx.Case):
+            self.put(s.a, self.render(s.a, s.b, "__l"))
+        elif isinstance(s, sx.Other):
+            self.put(s.a, self.render(s.a, s.b, "__l"))
+        else:
+            raise Unsupported(s.a, "this statement")
+
+    def lane_branch(self, s) -> None:
+        self.put(s.a, "{")
+        self.lane_stmt(s)
+        self.put(s.b, "}")
+
+    def lane_loop_body(self, s) -> None:
+        self.loops.append(("L", None, False))
+        self.lane_branch(s)
+        self.loops.pop()
+
+    # -- declarations
+    def emit_decl(self, d: sx.Decl, lane) -> None:
+        """A declaration: plain C++ for plain locals, an initialisation for lane `lane` of per-lane ones
+        (those are declared before the region)."""
+        if not any(dc.var.lanes for dc in d.declarators):
+            self.put(d.a, self.render(d.a, d.b, lane))
+            return
+        if lane is None:
+            raise Unsupported(d.a, "a per-lane local declared where every lane must agree")
+        type_text = self.render(d.type[0], d.type[1], lane)
+        parts = [self.lane_init(dc, d, lane) if dc.var.lanes else f"{type_text} {self.render(dc.a, dc.b, lane)};"
+                 for dc in d.declarators]
+        self.put(d.a, " ".join(parts))
+
+    def lane_init(self, dc: sx.Declarator, d: sx.Decl, lane: str) -> str:
+        name = self.toks[dc.name].text
+        if dc.init_kind == "()":
+            return f"{name}.set({lane}{''.join(', ' + self.expr(a, lane) for a in dc.ctor_args)});"
+        if dc.init is None:
+            return "" if dc.var.array else f"{name}.init_default({lane});"
+        if dc.var.array:
+            base = self.render(d.type[0], d.type[1], lane)
+            dims = self.render(dc.dims[0], dc.dims[1], lane)
+            ptr = self.render(dc.ptr[0], dc.ptr[1], lane) if dc.ptr[1] >= dc.ptr[0] else ""
+            return (f"{{ {base} {ptr} __mk_t{dims} = {self.expr(dc.init, lane)}; "
+                    f"mk::simt::copy({name}[{lane}], __mk_t); }}")
+        if isinstance(dc.init, sx.InitList):
+            items = ", ".join(self.expr(x, lane) for x in dc.init.items)
+            return f"{name}.set_list({lane}{', ' if items else ''}{items});"
+        return f"{name}.set({lane}, {self.expr(dc.init, lane)});"
+
+    def lanes_decl(self, dc: sx.Declarator, d: sx.Decl) -> str:
+        return f"mk::lanes<{self.lanes_type(dc, d)}> {self.toks[dc.name].text};"
+
+    def lanes_type(self, dc: sx.Declarator, d: sx.Decl) -> str:
+        words = [self.src.text_of(k) for k in range(d.type[0], d.type[1] + 1)
+                 if self.toks[k].text not in ("static", "constexpr", "register", "inline", "thread_local")]
+        ptr = self.render(dc.ptr[0], dc.ptr[1], "0") if dc.ptr[1] >= dc.ptr[0] else ""
+        dims = self.render(dc.dims[0], dc.dims[1], "0") if dc.dims[1] >= dc.dims[0] else ""
+        if "auto" in words:
+            init = dc.init if dc.init is not None else (dc.ctor_args[0] if len(dc.ctor_args) == 1 else None)
+            if init is None or isinstance(init, sx.InitList):
+                raise Unsupported(dc.name, "an `auto` local without a plain initializer")
+            e0 = self.expr(init, "0")
+            if "auto" in words:
+                if "&" in ptr or "&&" in ptr:
+                    deduced = f"mk::simt::unref_t<decltype(({e0}))>"
+                    ptr = ptr.replace("&&", "&")
+                else:
+                    deduced = f"mk::simt::auto_t<decltype(({e0}))>"
+                    ptr = ptr.replace("*", "")
+                words = [deduced if w == "auto" else w for w in words]
+        base = " ".join(w for w in words if w)
+        return f"{base} {ptr}{dims}".strip()
+
+    # -- two-phase statements
+    def emit_rw(self, p: Piece, ctx_v: bool) -> None:
+        s = p.stmts[0]
+        e = s.expr if isinstance(s, sx.ExprStmt) else None
+        if isinstance(e, sx.Assign) and self.info(s).assign_rw:
+            k = self.new()
+            rhs0 = self.expr(e.rhs, "0")
+            self.put(s.a, f"{{ mk::lanes<mk::simt::auto_t<decltype(({rhs0}))>> __v{k}; "
+                          f"{LANES} __v{k}.set(__l, {self.expr(e.rhs, '__l')}); "
+                          f"{LANES} {self.expr(e.lhs, '__l')} {e.op} __v{k}[__l]; }}")
+            return
+        # Calls that read and write memory (atomics, helpers): one lane after another.
+        self.emit_region(Piece("R", [s]), ctx_v)
+
+    # -- SIMD-group functions and SIMT helpers
+    def emit_hoisted(self, p: Piece, ctx_v: bool) -> None:
+        s = p.stmts[0]
+        hoists = self.info(s).hoists
+        self.put(s.a, self.hoist(hoists))
+        whole = isinstance(s, sx.ExprStmt) and len(hoists) == 1 and _unparen(s.expr) is hoists[-1]
+        if not whole:
+            inf = self.info(s)
+            residual = Piece("R", [s])
+            if isinstance(s, (sx.ExprStmt, sx.Decl)) and inf.assign_rw:
+                self.emit_rw(Piece("RW", [s]), True)
+            else:
+                self.emit_region(residual, True)
+        for h in hoists:
+            del self.subst[h.a]
+
+    def hoist(self, hoists: list) -> str:
+        """Code calling each of `hoists` (innermost first) for the active lanes; their results are then
+        read as __rK[lane]."""
+        code = []
+        for h in hoists:
+            k = self.new()
+            res = f"__r{k}"
+            if isinstance(h, sx.Binary):  # a * b on simdgroup matrices
+                callee = callee0 = "metal::__mk::sgm_product"
+                operands = [h.lhs, h.rhs]
+            elif isinstance(h, sx.Cast):  # a diagonal simdgroup_matrix
+                callee = self.render(h.type[0], h.type[1], "__l")
+                callee0 = self.render(h.type[0], h.type[1], "0")
+                operands = h.args
+            else:
+                callee = self.expr(h.callee, "__l")
+                callee0 = self.expr(h.callee, "0")
+                operands = h.args
+            args = [self.expr(a, "__l") for a in operands]
+            args0 = [self.expr(a, "0") for a in operands]
+            plain = f"{callee}({', '.join(args)})"
+            siteful = f"{callee}({', '.join(args + ['__s'])})"
+            d = f"decltype({callee0}({', '.join(args0)}))"
+            accs = []
+            f = getattr(h, "callee", None)
+            if isinstance(f, sx.Member):
+                obj = self.expr(f.obj, "__l")
+                accs.append(f"[&](unsigned __l) -> decltype(auto) {{ return ({'*' if f.arrow else ''}({obj})); }}")
+            elif isinstance(f, sx.Name) and f.last in self.fn.member_toks:
+                accs.append("[&](unsigned __l) -> decltype(auto) { return (*__this[__l]); }")
+            accs += [f"[&](unsigned __l) -> decltype(auto) {{ return ({a}); }}" for a in args]
+            tagged = f"[&](auto __t) {{ decltype(__t)::type::call(__f, __m, &{res}{''.join(', ' + x for x in accs)}); }}"
+            code.append(f"mk::simt::ret_lanes_t<{d}> {res}; (void){res}; mk::simt::invoke<{d}>(__f, __m, &{res}, "
+                        f"[&](unsigned __l, auto __s) -> decltype({siteful}) {{ return {siteful}; }}, "
+                        f"[&](unsigned __l) -> decltype(auto) {{ return {plain}; }}, {tagged});")
+            self.subst[h.a] = (h.b, lambda lane, r=res: f"{r}[{lane}]")
+        return " ".join(code)
+
+    def emit_barrier(self, p: Piece, ctx_v: bool) -> None:
+        s = p.stmts[0]
+        f, ln, col = self.src.where(self.toks[s.a])
+        file = f.replace("\\", "\\\\").replace('"', '\\"')
+        self.put(s.a, f'mk::simt::barrier(__f, __m, "{file}", {ln}, {col});')
+
+    # -- control structures
+    def emit_structure(self, p: Piece, ctx_v: bool) -> None:
+        s = p.stmts[0]
+        if isinstance(s, sx.Block):
+            self.put(s.a, "{")
+            self.emit_list(p.bodies[0], ctx_v)
+            self.put(s.b, "}")
+        elif isinstance(s, sx.If):
+            self.put(s.a, f"if ({self.expr(s.cond, None)}) {{")
+            self.emit_list(p.bodies[0], ctx_v)
+            self.put(s.then.b, "}")
+            if s.els is not None:
+                self.put(s.els.a, "else {")
+                self.emit_list(p.bodies[1], ctx_v)
+                self.put(s.els.b, "}")
+        elif isinstance(s, (sx.While, sx.For, sx.DoWhile)):
+            k = self.new()
+            self.loops.append(("S", k, False))
+            stop = "if (!__m) break;" if any(q.retires for q in p.bodies[-1]) else ""
+            if isinstance(s, sx.While):
+                self.put(s.a, f"while ({self.expr(s.cond, None)}) {{ {stop}")
+            elif isinstance(s, sx.DoWhile):
+                self.put(s.a, f"do {{ {stop}")
+            else:
+                init = self.render(s.init.a, s.init.b - 1, None) if s.init is not None else ""
+                self.put(s.a, f"for ({init}; {self.expr(s.cond, None)}; {self.expr(s.inc, None)}) {{ {stop}")
+            self.emit_list(p.bodies[-1], ctx_v)
+            self.loops.pop()
+            self.put(s.b, "}" if not isinstance(s, sx.DoWhile) else f"}} while ({self.expr(s.cond, None)});")
+        elif isinstance(s, sx.Switch):
+            k = self.new()
+            self.loops.append(("S", k, True))
+            self.put(s.a, f"switch ({self.expr(s.cond, None)}) {{")
+            self.emit_list(p.bodies[0], ctx_v, guard=False)
+            self.loops.pop()
+            self.put(s.b, "}")
+
+    def mask_of(self, cond, var: str) -> str:
+        """Code setting `var` to the mask of active lanes for which cond holds."""
+        inf = self.info(cond)
+        pre = self.hoist(inf.hoists) if inf.hoists else ""
+        code = f"{pre} unsigned {var} = 0u; {LANES} {{ if ({self.expr(cond, '__l')}) {var} |= 1u << __l; }}"
+        for h in inf.hoists:
+            del self.subst[h.a]
+        return code
+
+    def emit_masked(self, p: Piece, ctx_v: bool) -> None:
+        s = p.stmts[0]
+        k = self.new()
+        if isinstance(s, sx.If):
+            self.put(s.a, f"{{ {self.mask_of(s.cond, f'__c{k}')} const unsigned __s{k} = __m; "
+                          f"__m = __s{k} & __c{k}; if (__m) {{")
+            self.emit_list(p.bodies[0], True)
+            self.put(s.then.b, f"}} const unsigned __t{k} = __m; __m = __s{k} & ~__c{k}; if (__m) {{")
+            if s.els is not None:
+                self.emit_list(p.bodies[1], True)
+            self.put(s.b, f"}} __m |= __t{k}; }}")
+            return
+        self.loops.append(("M", k, False))
+        head = f"{{ unsigned __lx{k} = 0u, __lc{k} = 0u; (void)__lc{k};"
+        if isinstance(s, sx.For):
+            self.put(s.a, head)
+            if s.init is not None:
+                self.emit_list(p.bodies[0], ctx_v)
+        else:
+            self.put(s.a, head)
+        cond = ""
+        if s.cond is not None:
+            cond = (f"{self.mask_of(s.cond, f'__c{k}')} __lx{k} |= __m & ~__c{k}; __m &= __c{k}; ")
+        if isinstance(s, sx.DoWhile):
+            self.put(s.a, f"for (;;) {{ __lc{k} = 0u; {{")
+            self.emit_list(p.bodies[-1], True)
+            self.loops.pop()
+            self.put(s.b, f"}} __m |= __lc{k}; {cond} if (!__m) break; }} __m = __lx{k}; }}")
+            return
+        body = s.body
+        self.put(body.a, f"for (;;) {{ {cond}if (!__m) break; __lc{k} = 0u; {{")
+        self.emit_list(p.bodies[-1], True)
+        self.loops.pop()
+        inc = ""
+        if isinstance(s, sx.For) and s.inc is not None:
+            inf = self.info(s.inc)
+            inc = self.hoist(inf.hoists) if inf.hoists else ""
+            inc += f" {LANES} {{ {self.expr(s.inc, '__l')}; }}"
+            for h in inf.hoists:
+                del self.subst[h.a]
+        self.put(s.b, f"}} __m |= __lc{k}; {inc} }} __m = __lx{k}; }}")
+
+    # ---------------------------------------------------------------- entry
+    def sort_and_place(self) -> None:
+        """Decides the pieces and the storage of every local (raises Unsupported early)."""
+        self.pieces = self.sort(self.fn.body.stmts, False)
+        self.place(self.pieces)
+
+    def emit_pieces(self) -> None:
+        self.emit_list(self.pieces, False)
+
+    def apply(self, a: int, b: int) -> None:
+        """Replaces tokens [a, b] by the emitted code."""
+        for i in range(a, b + 1):
+            self.src.out[i] = " ".join(self.frags.get(i, []))
+            self.src.after.pop(i, None)
+
+
+def _stmts(s) -> list:
+    return s.stmts if isinstance(s, sx.Block) else [s]
+
+
+def _unparen(e):
+    while isinstance(e, sx.Paren):
+        e = e.inner
+    return e
+
+
+def _loop_parts(s) -> list:
+    if isinstance(s, sx.For):
+        return [s.cond, s.inc]
+    return [s.cond]
+
+
+def _heads(s) -> list:
+    """The expressions a control structure evaluates itself (not its bodies)."""
+    if isinstance(s, sx.If):
+        return [s.cond]
+    if isinstance(s, (sx.While, sx.DoWhile, sx.Switch)):
+        return [s.cond]
+    if isinstance(s, sx.For):
+        return [s.cond, s.inc]
+    return []
+
+
+def _deduced(toks, d) -> bool:
+    return any(toks[k].text in ("auto", "decltype") for k in range(d.type[0], d.type[1] + 1))
+
+
+def _nested(s):
+    """s and every statement inside it."""
+    yield s
+    if isinstance(s, sx.Block):
+        for c in s.stmts:
+            yield from _nested(c)
+    elif isinstance(s, sx.If):
+        yield from _nested(s.then)
+        if s.els is not None:
+            yield from _nested(s.els)
+    elif isinstance(s, (sx.While, sx.DoWhile, sx.Switch)):
+        yield from _nested(s.body)
+    elif isinstance(s, sx.For):
+        if s.init is not None:
+            yield s.init
+        yield from _nested(s.body)

@@ -1,0 +1,246 @@
+"""The functions the SIMT transform rewrites, and what their declarations say.
+
+A function is SIMT when it reaches a barrier or a SIMD-group function (the call
+graph in passes/callgraph.py). For each one the transform needs its template
+head, return type, parameters and, for a method, its class's members.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..model import FnDef, Unit
+from ..source import match
+from .syntax import Unsupported
+
+SPACE_WORDS = ("device", "constant", "threadgroup", "thread")
+
+
+@dataclass
+class ParamDecl:
+    name: str              # "" if unnamed
+    name_tok: int          # -1 if unnamed
+    type_text: str         # C++ type (address spaces gone; an array parameter is a pointer)
+    ref: bool              # a reference parameter
+    default: tuple | None  # token range [a, b] of its default argument
+    toks: tuple = (0, -1)  # token range of the whole parameter
+
+
+@dataclass
+class TParam:
+    name: str
+    text: str              # the parameter without its default
+    pack: bool
+
+
+@dataclass
+class Signature:
+    template: tuple | None          # token range of `template < ... >`
+    tparams: list[TParam]
+    ret: tuple                      # token range of the return type
+    lparen: int
+    rparen: int
+    params: list[ParamDecl]
+    static: bool = False
+    const: bool = False             # a const method
+
+
+@dataclass
+class Method:
+    cls: str
+    members: dict[str, bool] = field(default_factory=dict)  # member name -> is static
+
+
+_SPECIFIERS = {"inline", "static", "constexpr", "extern", "virtual", "explicit", "friend", "__inline", "kernel",
+               "METAL_FUNC"}
+
+
+def signature(unit: Unit, f: FnDef) -> Signature:
+    toks, src = unit.toks, unit.src
+    name = f.name_at
+    lparen = name + 1
+    if toks[lparen].text == "<":  # an explicit specialization's name<args>
+        raise Unsupported(name, "an explicit specialization of a function template that uses SIMD-group functions")
+    if toks[lparen].text != "(":
+        raise Unsupported(name, "this function declaration")
+    rparen = match(toks, lparen, "(", ")")
+    i = f.head
+    template = None
+    tparams: list[TParam] = []
+    if toks[i].text == "template":
+        close = _close_angle(toks, i + 1)
+        template = (i, close)
+        if close == i + 2:
+            raise Unsupported(i, "an explicit specialization of a function template that uses SIMD-group functions")
+        tparams = _template_params(unit, i + 2, close)
+        i = close + 1
+    # Specifiers, attributes, then the return type.
+    static = False
+    ret_start = None
+    while i < name:
+        if i in unit.attr_at:
+            i = unit.attr_at[i][0] + 1
+            continue
+        w = toks[i].text
+        if w == "__attribute__" and toks[i + 1].text == "(":
+            i = match(toks, i + 1, "(", ")") + 1
+            continue
+        if w in _SPECIFIERS and ret_start is None:
+            static |= w == "static"
+            if w == "friend":
+                raise Unsupported(i, "a friend function that uses SIMD-group functions")
+            i += 1
+            continue
+        if ret_start is None:
+            ret_start = i
+        i += 1
+    if ret_start is None:
+        raise Unsupported(name, "a constructor, destructor or conversion that uses SIMD-group functions")
+    ret = (ret_start, name - 1)
+    ret_words = [toks[k].text for k in range(ret[0], ret[1] + 1)]
+    if "auto" in ret_words or "decltype" in ret_words:
+        raise Unsupported(ret_start, "a deduced return type on a function that uses SIMD-group functions; "
+                                     "write the return type")
+    if toks[name - 1].text in ("::", "~", "operator") or (f.cls and f.name == f.cls):
+        raise Unsupported(name, "an operator, constructor or out-of-class method that uses SIMD-group functions")
+    quals = [toks[k].text for k in range(rparen + 1, f.body[0])]
+    if "->" in quals:
+        raise Unsupported(rparen, "a trailing return type on a function that uses SIMD-group functions")
+    params = parameters(unit, lparen, rparen)
+    return Signature(template, tparams, ret, lparen, rparen, params, static, "const" in quals)
+
+
+def _close_angle(toks, lt: int) -> int:
+    depth = 0
+    for j in range(lt, len(toks)):
+        x = toks[j].text
+        depth += (x == "<") - (x == ">") - 2 * (x == ">>")
+        if x in ("(", "["):
+            depth += 100
+        elif x in (")", "]"):
+            depth -= 100
+        if depth <= 0 and x in (">", ">>"):
+            return j
+    raise Unsupported(lt, "an unterminated template parameter list")
+
+
+def _split(toks, a: int, b: int) -> list[tuple[int, int]]:
+    """Comma-separated pieces of toks[a:b] (ranges [start, end)), brackets and template arguments kept whole."""
+    out, start, depth, angle = [], a, 0, 0
+    for j in range(a, b):
+        x = toks[j].text
+        if x in ("(", "[", "{"):
+            depth += 1
+        elif x in (")", "]", "}"):
+            depth -= 1
+        elif x == "<" and depth == 0:
+            angle += 1
+        elif x == ">" and depth == 0 and angle:
+            angle -= 1
+        elif x == ">>" and depth == 0 and angle:
+            angle = max(0, angle - 2)
+        elif x == "," and depth == 0 and angle == 0:
+            out.append((start, j))
+            start = j + 1
+    if start < b:
+        out.append((start, b))
+    return out
+
+
+def _template_params(unit: Unit, a: int, b: int) -> list[TParam]:
+    toks, src = unit.toks, unit.src
+    out = []
+    for s, e in _split(toks, a, b):
+        eq = next((j for j in range(s, e) if toks[j].text == "="), e)
+        words = [toks[j].text for j in range(s, eq)]
+        if "template" in words:
+            raise Unsupported(s, "a template template parameter on a function that uses SIMD-group functions")
+        ids = [j for j in range(s, eq) if toks[j].kind == "id" and toks[j].text not in ("typename", "class")]
+        if not ids:
+            raise Unsupported(s, "an unnamed template parameter on a function that uses SIMD-group functions")
+        nm = toks[ids[-1]].text
+        out.append(TParam(nm, " ".join(src.text_of(j) for j in range(s, eq)), "..." in words))
+    return out
+
+
+def parameters(unit: Unit, lparen: int, rparen: int) -> list[ParamDecl]:
+    toks, src = unit.toks, unit.src
+    out = []
+    for s, e in _split(toks, lparen + 1, rparen):
+        eq = next((j for j in range(s, e) if toks[j].text == "="), e)
+        words = [j for j in range(s, eq) if j not in unit.attr_at and not _in_attr(unit, j)]
+        if [toks[j].text for j in words] == ["void"]:
+            continue
+        if any(toks[j].text == "..." for j in words):
+            raise Unsupported(s, "a parameter pack on a function that uses SIMD-group functions")
+        if any(toks[j].text == "(" for j in words):
+            raise Unsupported(s, "a function-pointer or array-reference parameter on a function that uses "
+                                 "SIMD-group functions")
+        dims = next((j for j in words if toks[j].text == "["), None)
+        end = dims if dims is not None else eq
+        ids = [j for j in words if j < end and toks[j].kind == "id"]
+        name_tok = ids[-1] if len(ids) >= 2 and toks[ids[-1]].text not in _TYPE_TAIL else -1
+        type_toks = [j for j in words if j < end and j != name_tok]
+        type_text = " ".join(t for t in (src.text_of(j) for j in type_toks) if t)
+        if dims is not None:
+            type_text += "*"  # an array parameter is a pointer
+        ref = any(toks[j].text in ("&", "&&") for j in type_toks)
+        default = (eq + 1, e - 1) if eq < e else None
+        out.append(ParamDecl(toks[name_tok].text if name_tok >= 0 else "", name_tok, type_text, ref, default, (s, e - 1)))
+    return out
+
+
+_TYPE_TAIL = {"const", "volatile", "int", "float", "half", "short", "long", "char", "unsigned", "bool", "uint",
+              "ushort", "uchar", "ulong", "bfloat", "restrict", "__restrict"}
+
+
+def _in_attr(unit: Unit, j: int) -> bool:
+    return any(a <= j <= b for a, (b, _) in unit.attr_at.items())
+
+
+def class_members(unit: Unit, body: int) -> dict[str, bool]:
+    """Names declared at the top level of the class body opened at toks[body]: name -> is static."""
+    toks = unit.toks
+    end = match(toks, body, "{", "}")
+    out: dict[str, bool] = {}
+    j = body + 1
+    stmt_static = False
+    stmt_type = False  # typedef / using / nested type: not a member
+    while j < end:
+        x = toks[j]
+        if x.text == "{":
+            j = match(toks, j, "{", "}") + 1
+            continue
+        if x.text in ("(",):
+            j = match(toks, j, "(", ")") + 1
+            continue
+        if x.text == ";" or (x.text == ":" and toks[j - 1].text in ("public", "private", "protected")):
+            stmt_static = stmt_type = False
+        elif x.text == "static":
+            stmt_static = True
+        elif x.text in ("typedef", "using", "struct", "class", "union", "enum", "template", "friend"):
+            stmt_type = stmt_type or x.text in ("typedef", "using", "struct", "class", "union", "enum")
+        elif x.kind == "id" and not stmt_type and j + 1 < end and toks[j + 1].text in ("(", ";", "=", "[", ",", "{"):
+            if x.text not in ("operator",):
+                out.setdefault(x.text, stmt_static)
+        j += 1
+    return out
+
+
+def base_classes(unit: Unit, body: int) -> list[str]:
+    """Names of the base classes in the head of the class body opened at toks[body]."""
+    toks = unit.toks
+    k = body - 1
+    names = []
+    while k > 0 and toks[k].text not in (";", "}", "{"):
+        k -= 1
+    head = [t.text for t in toks[k + 1:body]]
+    if ":" not in head:
+        return []
+    depth = 0
+    for idx in range(head.index(":") + 1, len(head)):
+        w = head[idx]
+        depth += (w == "<") - (w == ">") - 2 * (w == ">>")
+        if depth == 0 and w not in ("public", "private", "protected", "virtual", ",", "::") and (
+                idx + 1 == len(head) or head[idx + 1] in (",", "<")):
+            names.append(w)
+    return names

@@ -1,0 +1,133 @@
+"""Which names in a translation unit are types and which are templates.
+
+C++ cannot be parsed without knowing them: ``a < b`` or ``vec<float, 4>``,
+``(T)x`` a cast or a parenthesised name, ``T * p;`` a declaration. The whole
+preprocessed text is scanned once (metalkit's headers too) for the names that
+class, enum, typedef, alias and template declarations introduce.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..tokens import Token, tokenize_line
+
+# Type keywords of C++ and MSL that are not declared by any header.
+BUILTIN_TYPES = {
+    "void", "bool", "char", "short", "int", "long", "float", "double", "signed", "unsigned", "auto",
+    "_Float16", "__bf16", "wchar_t", "char8_t", "char16_t", "char32_t", "decltype", "__underlying_type",
+}
+# Words that may start a declaration before its type.
+DECL_SPECIFIERS = {
+    "const", "volatile", "static", "constexpr", "thread_local", "register", "inline", "mutable",
+    "thread", "threadgroup", "device", "constant", "typename", "struct", "class", "union", "enum",
+    "__restrict", "restrict", "ray_data", "object_data",
+}
+
+
+@dataclass
+class Names:
+    types: set[str] = field(default_factory=set)
+    templates: set[str] = field(default_factory=set)
+
+    def is_type(self, name: str) -> bool:
+        return name in self.types or name in BUILTIN_TYPES
+
+
+def collect(text: str) -> Names:
+    """Type and template names declared anywhere in a preprocessed text."""
+    toks: list[Token] = []
+    for i, line in enumerate(text.split("\n")):
+        if not line.startswith("#"):
+            toks.extend(tokenize_line(line, i))
+    names = Names()
+    n = len(toks)
+    for i, t in enumerate(toks):
+        w = t.text
+        if w in ("struct", "class", "union", "enum") and i + 1 < n:
+            j = i + 1
+            if toks[j].text in ("class", "struct"):  # enum class
+                j += 1
+            while j < n and toks[j].text == "[":  # attributes
+                depth = 0
+                while j < n:
+                    depth += (toks[j].text == "[") - (toks[j].text == "]")
+                    j += 1
+                    if depth == 0:
+                        break
+            if j < n and toks[j].kind == "id":
+                names.types.add(toks[j].text)
+        elif w == "typedef":
+            # The declared name: the last identifier at depth 0 before ';' (or before '(' of a function type).
+            j, depth, last = i + 1, 0, None
+            while j < n and not (depth == 0 and toks[j].text == ";"):
+                x = toks[j]
+                if x.text in "([{<":
+                    if x.text == "(" and depth == 0 and j + 1 < n and toks[j + 1].text == "*":
+                        last = toks[j + 2].text if j + 2 < n else last  # typedef R (*name)(...)
+                        break
+                    depth += 1
+                elif x.text in ")]}>":
+                    depth -= 1
+                elif x.text == ">>":
+                    depth -= 2
+                elif depth == 0 and x.kind == "id":
+                    last = x.text
+                j += 1
+            if last:
+                names.types.add(last)
+        elif w == "using" and i + 2 < n and toks[i + 1].kind == "id" and toks[i + 2].text == "=":
+            names.types.add(toks[i + 1].text)
+        elif w in ("typename", "class") and i + 1 < n and toks[i + 1].kind == "id" and i > 0 and (
+                toks[i - 1].text in ("<", ",") or toks[i - 1].text == "..."):
+            names.types.add(toks[i + 1].text)  # a template type parameter
+        elif w in ("typename", "class") and i + 2 < n and toks[i + 1].text == "..." and toks[i + 2].kind == "id":
+            names.types.add(toks[i + 2].text)
+        elif w == "template" and i + 1 < n and toks[i + 1].text == "<":
+            _template_name(toks, i + 1, names)
+    return names
+
+
+def _template_name(toks: list[Token], lt: int, names: Names) -> None:
+    """The name a ``template <...>`` head declares."""
+    n = len(toks)
+    depth, j = 0, lt
+    while j < n:
+        x = toks[j].text
+        if x == "<":
+            depth += 1
+        elif x == ">":
+            depth -= 1
+        elif x == ">>":
+            depth -= 2
+        elif x in ("(", "["):
+            depth += 100
+        elif x in (")", "]"):
+            depth -= 100
+        j += 1
+        if depth <= 0:
+            break
+    # After the head: `struct|class|union NAME`, `using NAME =`, or a function/variable ending in NAME ( / NAME =
+    k, depth, last = j, 0, None
+    while k < n and k - j < 200:
+        x = toks[k]
+        if depth == 0 and x.text in ("struct", "class", "union") and k + 1 < n and toks[k + 1].kind == "id":
+            names.templates.add(toks[k + 1].text)
+            names.types.add(toks[k + 1].text)
+            return
+        if depth == 0 and x.text == "using" and k + 1 < n and toks[k + 1].kind == "id":
+            names.templates.add(toks[k + 1].text)
+            names.types.add(toks[k + 1].text)
+            return
+        if depth == 0 and x.text in ("(", "=", ";", "{"):
+            if last and last != "operator":
+                names.templates.add(last)
+            return
+        if x.text == "<":
+            depth += 1
+        elif x.text == ">":
+            depth -= 1
+        elif x.text == ">>":
+            depth -= 2
+        elif depth == 0 and x.kind == "id":
+            last = x.text
+        k += 1
