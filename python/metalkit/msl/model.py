@@ -77,10 +77,17 @@ class Unit:
     kernels: list[Kernel] = field(default_factory=list)
     dropped: set[int] = field(default_factory=set)      # tokens already rewritten away (not to be touched)
     fc_values: dict[str, object] = field(default_factory=dict)  # function constant -> value (None: unset)
+    _attr_tokens: set | None = None
 
     @property
     def toks(self) -> list[Token]:
         return self.src.toks
+
+    def in_attr(self, k: int) -> bool:
+        """Whether token k is inside an MSL attribute block."""
+        if self._attr_tokens is None:
+            self._attr_tokens = {i for a, (b, _) in self.attr_at.items() for i in range(a, b + 1)}
+        return k in self._attr_tokens
 
     def skip_attrs(self, k: int) -> int:
         while k in self.attr_at:

@@ -142,21 +142,21 @@ template <class A, class B, class C> struct sgm_slot {
 template <bool HasC, class D, class A, class B, class C>
 __MK_F void sgm_mma(simdgroup_matrix<D, 8, 8> &d, const simdgroup_matrix<A, 8, 8> &a,
                     const simdgroup_matrix<B, 8, 8> &b, const simdgroup_matrix<C, 8, 8> &c, site s) {
-  typedef sgm_slot<A, B, C> slot;
-  const sg_view v = sg_exchange(slot{a.__e, b.__e, c.__e}, s);
+  typedef sgm_slot<A, B, C> __slot;
+  const sg_view v = sg_exchange(__slot{a.__e, b.__e, c.__e}, s);
   if (!v.ready()) return;  // d may be c: written only once every lane's operands are in
   const unsigned l = v.lane(), r = sgm_row(l), c0 = sgm_col(l);
   float arow[8], bcol[2][8];
   for (unsigned k = 0; k < 8; k += 2) {
     const unsigned la = sgm_lane(r, k);
     const bool on = v.on(la);
-    const vec<A, 2> pa = on ? v.get<slot>(la).a : vec<A, 2>(0);
+    const vec<A, 2> pa = on ? v.get<__slot>(la).a : vec<A, 2>(0);
     arow[k] = float(pa[0]);
     arow[k + 1] = float(pa[1]);
   }
   for (unsigned k = 0; k < 8; ++k) {
     const unsigned lb = sgm_lane(k, c0);
-    const vec<B, 2> pb = v.on(lb) ? v.get<slot>(lb).b : vec<B, 2>(0);
+    const vec<B, 2> pb = v.on(lb) ? v.get<__slot>(lb).b : vec<B, 2>(0);
     bcol[0][k] = float(pb[0]);
     bcol[1][k] = float(pb[1]);
   }

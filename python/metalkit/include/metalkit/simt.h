@@ -43,8 +43,8 @@ template <class T> struct lanes<const T&> : lanes<const T> {};
 template <class T> struct lanes<T&&> : lanes<T> {};
 template <class T, unsigned long N> struct lanes<T[N]> {
   alignas(T) unsigned char __raw[sizeof(T) * N * 32];
-  typedef T row[N];
-  __MK_F row& operator[](unsigned l) { return reinterpret_cast<row*>(__raw)[l]; }
+  typedef T __row[N];
+  __MK_F __row& operator[](unsigned l) { return reinterpret_cast<__row*>(__raw)[l]; }
 };
 // Copies an array value into one lane's array (arrays with initializers).
 template <class T, unsigned long N> __MK_F void copy(T (&d)[N], const T (&s)[N]) {

@@ -65,12 +65,13 @@ def transform(unit: Unit, reach: Reach, text: str) -> None:
 
     reached = {k.host_name: reachable(k) for k in sync_kernels}
     kernel_fns = {id(f) for f in unit.functions if f.is_kernel}
+    ref_params = _ref_params(unit, by_name)
     plans: dict[int, object] = {}
     failed: dict[str, str] = {}  # function name -> why it cannot be transformed
     for name in sorted(set().union(*reached.values())):
         for f in by_name.get(name, ()):
             try:
-                plan = _plan(unit, f, names, sync_names, by_name, id(f) in kernel_fns)
+                plan = _plan(unit, f, names, sync_names, ref_params, id(f) in kernel_fns)
                 plan.prepare()
                 plans[id(f)] = plan
             except Unsupported as e:
@@ -107,11 +108,10 @@ def transform(unit: Unit, reach: Reach, text: str) -> None:
                 plans[id(f)].apply()
 
 
-def _plan(unit: Unit, f: FnDef, names, sync_names: set[str], by_name: dict, is_kernel: bool):
-    """Parses and analyses one function; returns something whose emit() rewrites it."""
+def _plan(unit: Unit, f: FnDef, names, sync_names: set[str], ref_params: dict, is_kernel: bool):
+    """Parses and analyses one function; returns a plan whose prepare() writes the code and apply() puts it in."""
     parser = Parser(unit.toks, names, unit.attr_at, f.body[1] + 1)
     body = parser.block(f.body[0])
-    ref_params = _ref_params(unit, by_name)
     if is_kernel:
         return _KernelPlan(unit, f, body, sync_names, ref_params)
     return _HelperPlan(unit, f, body, sync_names, ref_params)

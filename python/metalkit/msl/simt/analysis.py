@@ -158,8 +158,9 @@ class Function:
                 for a in dc.ctor_args:
                     expr(a)
                 name = self.unit.toks[dc.name].text
-                shared = bool(d.specs & {"threadgroup", "static"})
                 ptr_words = [self.unit.toks[k].text for k in range(dc.ptr[0], dc.ptr[1] + 1)]
+                # `threadgroup T x[N]` is storage of the group; `threadgroup T* p` a pointer to it.
+                shared = bool(d.specs & {"threadgroup", "static"}) and not ({"*", "&", "&&"} & set(ptr_words))
                 type_words = [self.unit.toks[k].text for k in range(d.type[0], d.type[1] + 1)]
                 v = Var(name, "shared" if shared else "local", dc.name, array=dc.dims[1] >= dc.dims[0],
                         pointer="*" in ptr_words, ref="&" in ptr_words or "&&" in ptr_words, decl=dc, decl_stmt=d)

@@ -167,7 +167,7 @@ def parameters(unit: Unit, lparen: int, rparen: int) -> list[ParamDecl]:
     out = []
     for s, e in _split(toks, lparen + 1, rparen):
         eq = next((j for j in range(s, e) if toks[j].text == "="), e)
-        words = [j for j in range(s, eq) if j not in unit.attr_at and not _in_attr(unit, j)]
+        words = [j for j in range(s, eq) if not unit.in_attr(j)]
         if [toks[j].text for j in words] == ["void"]:
             continue
         if any(toks[j].text == "..." for j in words):
@@ -191,10 +191,6 @@ def parameters(unit: Unit, lparen: int, rparen: int) -> list[ParamDecl]:
 
 _TYPE_TAIL = {"const", "volatile", "int", "float", "half", "short", "long", "char", "unsigned", "bool", "uint",
               "ushort", "uchar", "ulong", "bfloat", "restrict", "__restrict"}
-
-
-def _in_attr(unit: Unit, j: int) -> bool:
-    return any(a <= j <= b for a, (b, _) in unit.attr_at.items())
 
 
 def class_members(unit: Unit, body: int) -> dict[str, bool]:

@@ -41,8 +41,21 @@ def collect(text: str) -> Names:
             toks.extend(tokenize_line(line, i))
     names = Names()
     n = len(toks)
+    braces: list[bool] = []  # per open brace: is it a function body (whose typedefs are local)?
     for i, t in enumerate(toks):
         w = t.text
+        if w == "{":
+            k = i - 1
+            while k > 0 and toks[k].text in ("const", "noexcept", "override", "final", "mutable", "volatile"):
+                k -= 1
+            braces.append(toks[k].text == ")" if k >= 0 else False)
+            continue
+        if w == "}":
+            if braces:
+                braces.pop()
+            continue
+        if braces and braces[-1] and w in ("typedef", "using"):
+            continue  # a function's own typedef: not a type name anywhere else
         if w in ("struct", "class", "union", "enum") and i + 1 < n:
             j = i + 1
             if toks[j].text in ("class", "struct"):  # enum class
@@ -110,6 +123,9 @@ def _template_name(toks: list[Token], lt: int, names: Names) -> None:
     k, depth, last = j, 0, None
     while k < n and k - j < 200:
         x = toks[k]
+        if x.text in ("__attribute__", "__declspec", "alignas") and k + 1 < n and toks[k + 1].text == "(":
+            k = _skip_parens(toks, k + 1)
+            continue
         if depth == 0 and x.text in ("struct", "class", "union") and k + 1 < n and toks[k + 1].kind == "id":
             names.templates.add(toks[k + 1].text)
             names.types.add(toks[k + 1].text)
@@ -131,3 +147,13 @@ def _template_name(toks: list[Token], lt: int, names: Names) -> None:
         elif depth == 0 and x.kind == "id":
             last = x.text
         k += 1
+
+
+def _skip_parens(toks: list[Token], i: int) -> int:
+    """Index just past the ')' closing the '(' at toks[i]."""
+    depth = 0
+    for j in range(i, len(toks)):
+        depth += (toks[j].text == "(") - (toks[j].text == ")")
+        if depth == 0:
+            return j + 1
+    return len(toks)

@@ -438,8 +438,13 @@ class Parser:
         return For(i, body.b, init, cond, inc, body, rp)
 
     def cond_expr(self, a: int, b: int) -> Expr:
-        if self.try_decl_head(a) is not None:
-            raise Unsupported(a, "a declaration in a condition")
+        head = self.try_decl_head(a)
+        if head is not None:
+            j = head[1]
+            while self.t(j) in ("*", "&", "&&", "const"):
+                j += 1
+            if self.kind(j) == "id" and self.t(j + 1) in ("=", "{"):
+                raise Unsupported(a, "a declaration in a condition")
         return self.expr(a, b)
 
     # ---- declarations
@@ -601,6 +606,11 @@ class Parser:
         while j < rb:
             if self.t(j) == "." and self.kind(j + 1) == "id" and self.t(j + 2) == "=":
                 j += 3  # designated initializer
+            elif self.t(j) == "[":
+                rs = self.close(j, "[", "]")
+                if self.t(rs + 1) != "=":
+                    raise Unsupported(j, "an initializer")
+                j = rs + 2  # [i] = x, [a ... b] = x
             e = self.init_list(j, self.close(j, "{", "}") + 1) if self.t(j) == "{" else None
             if e is None:
                 e, j = self.assign(j, rb)
