@@ -130,11 +130,16 @@ def compile(source: str, *, filename: str = "<source>", include_dirs: Iterable[s
     if backend == "cpu":
         from . import _core, msl
         path = msl.build(source, filename, include_dirs, consts, fast_math, defines, only)
-        key = key + (path,)
         with _lock:
-            lib = _libraries.get(key)
-            if lib is None:
-                lib = _libraries[key] = Library(_core.load_cpu_library(path), filename, backend, consts, rebuild)
+            lib = _libraries.get(key + (path,))
+        if lib is None:
+            try:
+                core = _core.load_cpu_library(path)
+            except RuntimeError:  # verified, yet it does not load here (another system's libc...): build afresh
+                path = msl.build(source, filename, include_dirs, consts, fast_math, defines, only, rebuild=True)
+                core = _load_fresh(path, filename)
+            with _lock:
+                lib = _libraries.setdefault(key + (path,), Library(core, filename, backend, consts, rebuild))
         return lib
     from . import _metal
     from .msl.defines import define_lines
@@ -161,6 +166,17 @@ def _check_constants(constants: Constants) -> None:
         if not isinstance(value, (bool, int, float)):
             raise ArgumentError(f"constants=: function constant {name!r} is given a {type(value).__name__}; pass a "
                                 "bool, int or float (convert a numpy scalar with .item())")
+
+
+def _load_fresh(path: str, filename: str) -> Any:
+    """Load a module just compiled; failing that, the compiler makes modules this system cannot load."""
+    from . import _core
+    try:
+        return _core.load_cpu_library(path)
+    except RuntimeError as e:
+        raise CompileError(f"{filename}: the compiled module cannot be loaded ({e}); the compiler builds for "
+                           "another system: set METALKIT_CXX to a clang++ for this one, or unset it",
+                           filename=filename) from None
 
 
 def load(path: Union[str, os.PathLike], *, include_dirs: Iterable[str] = (), constants: Constants | None = None,
