@@ -8,7 +8,6 @@ but the file.
 from __future__ import annotations
 
 import os
-import subprocess
 import threading
 
 from ..errors import CompileError
@@ -94,7 +93,7 @@ def _escape(s: str) -> str:
 
 
 def _run(cmd: list[str], source: str, filename: str) -> str:
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    proc = toolchain.run(cmd)
     if proc.returncode != 0:
         raise compile_error(proc.stderr or str(proc.returncode), source, filename)
     return proc.stdout
