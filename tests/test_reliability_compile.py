@@ -1,5 +1,6 @@
 """Compiling reliably: Ctrl-C ends the whole compiler, the compiler's caches stay in
-metalkit's cache directory, and a wrong compiler is named with what is needed instead."""
+metalkit's cache directory, diagnostics quote and point into the user's own lines, and a
+wrong compiler is named with what is needed instead."""
 from __future__ import annotations
 
 import os
@@ -22,7 +23,7 @@ from conftest import HEADER, child_env
 
 @pytest.fixture(autouse=True)
 def cpu():
-    """METALKIT_CXX is the CPU backend's."""
+    """The pre-pass, its diagnostics and the compiler are the CPU backend's."""
     mk.use("cpu")
 
 # ------------------------------------------------------------------ Ctrl-C
@@ -132,6 +133,95 @@ def test_a_compile_writes_nothing_outside_the_cache_directory(tmp_path):
     assert any((cache / "cpu").glob("*.so"))
     if p.stdout.split()[-1] == "zig":
         assert any((cache / "zig").rglob("*")), "zig's cache is kept in metalkit's"
+
+
+# ------------------------------------------------------------------ diagnostics
+
+def compile_error(src: str) -> mk.CompileError:
+    with pytest.raises(mk.CompileError) as e:
+        mk.compile(f"// {uuid.uuid4().hex}\n" + src, filename="user.metal")
+    return e.value
+
+
+def quoted(err: mk.CompileError) -> list[str]:
+    return [line.split("| ", 1)[1] for line in err.log.splitlines() if line.strip()[:1].isdigit() and "| " in line]
+
+
+def caret(err: mk.CompileError) -> int:
+    """Where the first caret points, as an index into the quoted line (tabs under tabs)."""
+    line = next(ln for ln in err.log.splitlines() if ln.strip().startswith("| "))
+    under = line.split("| ", 1)[1]
+    assert set(under[:under.index("^")]) <= {" ", "\t"}
+    return under.index("^")
+
+
+def test_an_error_on_a_line_with_attributes_quotes_the_users_line():
+    line = "kernel void k(device float* x [[buffer(0)]], uint i [[thread_position_in_grid]]) { x[i] = nope_x; }"
+    err = compile_error(HEADER + line + "\n")
+    assert (err.lineno, err.text) == (4, line)
+    assert err.offset == line.index("nope_x") + 1
+    assert quoted(err) == [line]
+    assert caret(err) == line.index("nope_x")
+
+
+@pytest.mark.parametrize("line,culprit", [
+    # the pre-pass writes `static thread_local` and a size check into this line
+    ("    threadgroup float t[4]; t[l] = nope_t;", "nope_t"),
+    # an `f` added to an unsuffixed literal, with a tab before it
+    ("\tx[l] = fma(1.5, x[l], nope_f);", "nope_f"),
+])
+def test_an_error_on_a_rewritten_line_points_into_the_users_line(line, culprit):
+    src = HEADER + ("kernel void k(device float* x [[buffer(0)]], uint l [[thread_position_in_threadgroup]]) {\n"
+                    f"{line}\n}}\n")
+    err = compile_error(src)
+    assert (err.lineno, err.text) == (5, line)
+    assert err.offset == line.index(culprit) + 1
+    assert quoted(err) == [line] and caret(err) == line.index(culprit)
+
+
+@pytest.mark.parametrize("decl,size", [
+    ("    threadgroup float tile[9000];", 36000),
+    ("    threadgroup float a[4000]; threadgroup float4 b[1100];", 33600),
+    ("    if (l == 0) { threadgroup float c[8200]; c[l] = 1; x[l] = c[l]; }", 32800),
+])
+def test_the_threadgroup_memory_limit_points_at_the_declaration(decl, size):
+    src = HEADER + ("kernel void big(device float* x [[buffer(0)]], uint l [[thread_position_in_threadgroup]]) {\n"
+                    f"{decl}\n    x[l] = 0;\n}}\n")
+    err = compile_error(src)
+    assert (err.lineno, err.text) == (5, decl)
+    assert err.offset == decl.rindex("threadgroup") + 1 and err.offset <= len(decl)
+    assert f"threadgroup memory declared in this kernel: {size} bytes, more than the 32 KiB" in err.msg
+    assert "threadgroup_memory=" in err.msg  # what to do instead
+    assert "__mk_" not in err.log and "thread_local" not in err.log and "static_assert" not in err.log
+    assert quoted(err) == [decl] and caret(err) == decl.rindex("threadgroup")
+
+
+def test_the_threadgroup_memory_limit_of_a_template_instantiation():
+    src = HEADER + textwrap.dedent("""\
+        template <typename T>
+        kernel void tk(device T* x [[buffer(0)]], uint l [[thread_position_in_threadgroup]]) {
+            threadgroup T tile[9000];
+            tile[l] = x[l];
+            x[l] = tile[0];
+        }
+        template [[host_name("tk_half")]] kernel void tk<half>(device half*, uint);
+        template [[host_name("tk_float")]] kernel void tk<float>(device float*, uint);
+        """)
+    err = compile_error(src)
+    assert (err.lineno, err.offset, err.text) == (6, 5, "    threadgroup T tile[9000];")
+    assert "36000 bytes" in err.msg and "__mk_" not in err.log
+    assert "in instantiation of function template specialization 'tk<float>'" in err.log
+
+
+def test_an_error_in_an_included_header_quotes_the_header(tmp_path):
+    (tmp_path / "h.h").write_text("inline float helper(float v) {\n\treturn v + nope_h;\n}\n")
+    src = HEADER + '#include "h.h"\n' + \
+        "kernel void k(device float* x [[buffer(0)]], uint i [[thread_position_in_grid]]) { x[i] = helper(x[i]); }\n"
+    with pytest.raises(mk.CompileError) as e:
+        mk.compile(f"// {uuid.uuid4().hex}\n" + src, include_dirs=[tmp_path])
+    line = "\treturn v + nope_h;"
+    assert e.value.filename.endswith("h.h") and (e.value.lineno, e.value.offset) == (2, line.index("nope_h") + 1)
+    assert quoted(e.value) == [line]
 
 
 # ------------------------------------------------------------------ a wrong compiler

@@ -29,6 +29,9 @@ LANGUAGE_FLAGS = [
     "-Xclang", "-ffloat16-excess-precision=none", "-Xclang", "-fbfloat16-excess-precision=none",
     "-D__METAL_VERSION__=310", "-D__METAL__=1", "-D__METALKIT_CPU__=1", "-nostdinc++",
 ]
+# A tab counts one column in the source lines clang quotes, as in the columns it
+# reports, so diagnostics.py can line quoted text up with the user's own.
+DIAGNOSTIC_FLAGS = ["-ftabstop=1"]
 NEEDS = ("metalkit needs clang 17 or newer: set METALKIT_CXX to such a clang++, or unset it to use the clang "
          "of the ziglang wheel (pip install ziglang)")
 
@@ -48,7 +51,7 @@ class Toolchain:
         return [self.path, "clang"] if self.kind == "zig" else [self.path]
 
     def preprocess(self, source: str, include_dirs: list[str]) -> list[str]:
-        cmd = self._clang() + LANGUAGE_FLAGS + ["-E", "-I", INCLUDE_DIR, "-include", "metal_stdlib"]
+        cmd = self._clang() + LANGUAGE_FLAGS + DIAGNOSTIC_FLAGS + ["-E", "-I", INCLUDE_DIR, "-include", "metal_stdlib"]
         for d in include_dirs:
             cmd += ["-I", d]
         return cmd + [source]
@@ -62,8 +65,8 @@ class Toolchain:
             cmd = [self.path, "-march=native"]
         # Stack-clash probes touch every page a large frame spans, so a thread
         # that outgrows its fiber stack hits the guard page instead of leaping past it.
-        cmd += LANGUAGE_FLAGS + ["-O2", "-fPIC", "-shared", "-fvisibility=hidden", "-w", "-I", INCLUDE_DIR,
-                                 "-fno-math-errno", "-fstack-clash-protection"]
+        cmd += LANGUAGE_FLAGS + DIAGNOSTIC_FLAGS + ["-O2", "-fPIC", "-shared", "-fvisibility=hidden", "-w",
+                                                    "-I", INCLUDE_DIR, "-fno-math-errno", "-fstack-clash-protection"]
         if fast_math:
             cmd.append("-ffast-math")
         return cmd + [source, "-o", output]
