@@ -230,6 +230,36 @@ def test_no_writable_directory_at_all_is_a_cache_error(kernel, tmp_path):
     assert len(warnings_of(p)) == 0
 
 
+@pytest.mark.skipif(sys.platform != "linux" and os.geteuid() == 0, reason="root bypasses permissions off Linux")
+def test_a_private_cache_that_refuses_writes_too_is_a_cache_error(kernel, tmp_path):
+    script = textwrap.dedent("""
+        import os, sys, metalkit as mk
+        from pathlib import Path
+        from metalkit.msl import cache
+        src = open(sys.argv[1]).read()
+        private = cache._private()                      # the fallback, made now, then made read-only
+        (private / "cpu").chmod(0o555)
+        (Path(os.environ["METALKIT_CACHE_DIR"]) / "cpu").mkdir(parents=True)
+        (Path(os.environ["METALKIT_CACHE_DIR"]) / "cpu").chmod(0o555)
+        try:
+            mk.compile(src)
+        except mk.CacheError as e:
+            print(e)
+        (private / "cpu").chmod(0o755)
+    """)
+    cache = tmp_path / "cache"
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    try:
+        p = run(kernel, cache, script=unwritable(script), TMPDIR=tmp)
+    finally:
+        (cache / "cpu").chmod(0o755)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.startswith(f"cannot write compiled kernels to {tmp}") and "METALKIT_CACHE_DIR" in p.stdout, p.stdout
+    assert len(warnings_of(p)) == 1  # the fall-back was announced
+    assert list(tmp.iterdir()) == []
+
+
 def test_capability_drop_makes_a_read_only_directory_unwritable(tmp_path):
     """The read-only cases above are real only if the child cannot write there."""
     d = tmp_path / "ro"

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import threading
 
-from ..errors import CompileError
+from ..errors import CacheError, CompileError
 from . import cache, codegen, toolchain
 from .defines import define_lines
 from .diagnostics import compile_error, source_line
@@ -53,14 +53,25 @@ def build(source: str, filename: str = "<source>", include_dirs=(), constants=No
     with key_lock:
         entry = None if rebuild else cache.lookup(k)
         if entry is None:
-            args = (tc, source, filename, include_dirs, constants, fast_math, k, prologue, kernels)
-            try:
-                entry = _compile(*args)
-            except OSError as e:  # the cache directory stopped taking writes: build in a private one
-                cache.abandon(e)
-                entry = _compile(*args)
+            entry = _compile_in_cache(tc, source, filename, include_dirs, constants, fast_math, k, prologue, kernels)
         _memory[k] = (str(entry.module), {p: _stat(p) for p in entry.deps})
         return str(entry.module)
+
+
+def _compile_in_cache(*args) -> cache.Entry:
+    """``_compile``; if the cache directory refuses a write, once more in a private one."""
+    try:
+        return _compile(*args)
+    except CacheError:
+        raise
+    except OSError as e:
+        cache.abandon(e)
+    try:
+        return _compile(*args)
+    except CacheError:
+        raise
+    except OSError as e:
+        raise cache.unwritable(e) from None
 
 
 def _compile(tc, source, filename, include_dirs, constants, fast_math, key: str, prologue: str,

@@ -88,6 +88,12 @@ def abandon(error: OSError) -> None:
         _fall_back(path, error)
 
 
+def unwritable(error: OSError) -> CacheError:
+    """The error for a write refused by the private cache too."""
+    return CacheError(f"cannot write compiled kernels to {cache_dir()} ({error.strerror or error}); free space there "
+                      "or set METALKIT_CACHE_DIR to a writable directory")
+
+
 def _fall_back(path: Path, error: OSError) -> Path:
     with _lock:
         first = str(path) not in _abandoned
