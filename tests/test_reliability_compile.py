@@ -129,7 +129,9 @@ def test_a_compile_writes_nothing_outside_the_cache_directory(tmp_path):
     """)
     p = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr
-    assert list(home.rglob("*")) == [] and list(tmp.rglob("*")) == []
+    assert list(home.rglob("*")) == []
+    if sys.platform == "linux":  # (macOS's xcrun, which runs Apple's clang, keeps a lookup cache in TMPDIR)
+        assert list(tmp.rglob("*")) == []
     assert any((cache / "cpu").glob("*.so"))
     if p.stdout.split()[-1] == "zig":
         assert any((cache / "zig").rglob("*")), "zig's cache is kept in metalkit's"
