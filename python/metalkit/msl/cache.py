@@ -28,6 +28,7 @@ import json
 import os
 import platform
 import shutil
+import sys
 import tempfile
 import threading
 import warnings
@@ -101,10 +102,19 @@ def _fall_back(path: Path, error: OSError) -> Path:
     private = _private()
     if first:
         reason = error.strerror or str(error)
-        warnings.warn(f"metalkit: cannot write the kernel cache {path} ({reason}); using {private} for this process "
+        warnings.warn(f"cannot write the kernel cache {path} ({reason}); using {private} for this process "
                       "only, so kernels are compiled again next time. Set METALKIT_CACHE_DIR to a writable directory.",
-                      MetalkitWarning, stacklevel=2)
+                      MetalkitWarning, stacklevel=_callers_level())
     return private
+
+
+def _callers_level() -> int:
+    """The stacklevel of the first frame outside metalkit: the warning names the user's call."""
+    package = str(Path(__file__).parent.parent)
+    frame, level = sys._getframe(1), 1
+    while frame is not None and frame.f_code.co_filename.startswith(package):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 @functools.lru_cache(maxsize=None)
