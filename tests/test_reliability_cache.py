@@ -177,6 +177,7 @@ def test_an_unusable_cache_directory_falls_back_to_a_private_one(kernel, tmp_pat
     ok(p)
     warned = warnings_of(p)
     assert len(warned) == 1 and str(cache) in warned[0] and "METALKIT_CACHE_DIR" in warned[0], p.stderr
+    assert warned[0].startswith("<string>:"), "the warning names the user's call"
     if before is not None:
         assert sorted(q.name for q in cache.rglob("*")) == before  # nothing written where it could not be
     if kind == "a file":
