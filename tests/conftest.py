@@ -30,3 +30,18 @@ HEADER = "#include <metal_stdlib>\nusing namespace metal;\n"
 def build(src: str, **kw):
     """Compile a snippet after the usual MSL prologue."""
     return mk.compile(HEADER + src, **kw)
+
+
+def child_env(cache, **extra) -> dict:
+    """Environment for a child process that runs kernels on the CPU with its own kernel cache.
+
+    zig's own cache (its compiled runtime, ~50 MB and seconds to build) is shared
+    with this process's, so a fresh kernel cache does not rebuild it.
+    """
+    from metalkit.msl import cache as mk_cache
+    zig = str(mk_cache.root() / "zig")
+    env = dict(os.environ, METALKIT_CACHE_DIR=str(cache), METALKIT_DEVICE="cpu", ZIG_GLOBAL_CACHE_DIR=zig,
+               ZIG_LOCAL_CACHE_DIR=zig)
+    env.pop("METALKIT_CXX", None)
+    env.update({k: str(v) for k, v in extra.items()})
+    return env

@@ -1,11 +1,12 @@
 """The disk cache: a second process reuses the module; any change rebuilds."""
-import os
 import subprocess
 import sys
 import textwrap
 import uuid
 
 import pytest
+
+from conftest import child_env
 
 SCRIPT = textwrap.dedent("""
     import sys, numpy as np, metalkit as mk
@@ -22,7 +23,7 @@ SCRIPT = textwrap.dedent("""
 
 
 def run(tmp_path, cache, mode):
-    env = dict(os.environ, METALKIT_CACHE_DIR=str(cache), METALKIT_DEVICE="cpu")
+    env = child_env(cache)
     p = subprocess.run([sys.executable, "-c", SCRIPT, str(tmp_path / "k.metal"), mode], env=env,
                        capture_output=True, text=True)
     assert p.returncode == 0, p.stderr + p.stdout

@@ -1,5 +1,6 @@
 """Choosing the CPU backend's compiler: a clang++ on the PATH is used only if it
 compiles what the headers need; otherwise the ziglang wheel's clang."""
+import json
 import os
 import stat
 import subprocess
@@ -9,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import child_env
 from metalkit.msl import toolchain
 
 SCRIPT = textwrap.dedent("""
@@ -34,9 +36,7 @@ def shim(folder: Path, body: str) -> Path:
 
 
 def run_with_path(folder: Path, cache: Path) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PATH=f"{folder}{os.pathsep}{os.environ['PATH']}", METALKIT_CACHE_DIR=str(cache),
-               METALKIT_DEVICE="cpu")
-    env.pop("METALKIT_CXX", None)
+    env = child_env(cache, PATH=f"{folder}{os.pathsep}{os.environ['PATH']}")
     return subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True)
 
 
@@ -50,11 +50,14 @@ def zig() -> str:
 def test_a_clang_too_old_for_the_headers_is_passed_over(tmp_path, zig):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    shim(bin_dir, 'echo "error: unknown argument: -fbfloat16-excess-precision=none" >&2; exit 1')
+    shim(bin_dir, 'if [ "$1" = --version ]; then echo "clang version 14.0.6"; exit 0; fi\n'
+                  'echo "error: unknown argument: -fbfloat16-excess-precision=none" >&2; exit 1')
     p = run_with_path(bin_dir, tmp_path / "cache")
     assert p.returncode == 0, p.stderr
     assert p.stdout.split()[0] == "zig" and p.stdout.strip().endswith("[1.0, 3.0, 5.0, 7.0]")
-    assert "false" in (tmp_path / "cache" / "compilers.json").read_text()
+    record = json.loads((tmp_path / "cache" / "compilers.json").read_text())
+    assert list(record.values()) == ["clang version 14.0.6 is too old (a test compile failed: "
+                                     "error: unknown argument: -fbfloat16-excess-precision=none)"]
 
 
 def test_a_capable_clang_on_the_path_is_used(tmp_path, zig):

@@ -21,7 +21,8 @@ from ._argspec import ArgSpec
 from ._device import DeviceInfo, device, use
 from .arrays import asarray, empty, zeros
 from .bundled import kernels, run
-from .errors import ArgumentError, CompileError, DispatchError, KernelFault, MetalkitError
+from .errors import (ArgumentError, CacheError, CompileError, DeviceError, DispatchError, KernelFault, KernelNotFound,
+                     MetalkitError, MetalkitWarning)
 from .library import Library, compile, load
 
 if TYPE_CHECKING:
@@ -30,9 +31,9 @@ if TYPE_CHECKING:
 __version__ = "0.1.0"
 
 __all__ = [
-    "ArgSpec", "ArgumentError", "Batch", "CompileError", "DeviceInfo", "DispatchError", "Kernel", "KernelFault",
-    "Library", "MetalkitError", "asarray", "batch", "compile", "device", "empty", "kernels", "load", "run", "use",
-    "zeros",
+    "ArgSpec", "ArgumentError", "Batch", "CacheError", "CompileError", "DeviceError", "DeviceInfo", "DispatchError",
+    "Kernel", "KernelFault", "KernelNotFound", "Library", "MetalkitError", "MetalkitWarning", "asarray", "batch",
+    "compile", "device", "empty", "kernels", "load", "run", "use", "zeros",
 ]
 
 

@@ -47,11 +47,16 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("file")
     sub.add_parser("bench", help="dispatch overhead and bandwidth on this device")
     args = p.parse_args(argv)
-    if args.cmd == "info":
-        return _info()
-    if args.cmd == "check":
-        return _check(args.file)
-    return _bench()
+    from .errors import MetalkitError
+    try:
+        if args.cmd == "info":
+            return _info()
+        if args.cmd == "check":
+            return _check(args.file)
+        return _bench()
+    except MetalkitError as e:  # a bad compiler or cache, an unknown device: one line, not a traceback
+        print(f"python -m metalkit {args.cmd}: {e}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -6,6 +6,8 @@ import platform
 import threading
 from typing import NamedTuple
 
+from .errors import DeviceError
+
 BACKENDS = ("cpu", "metal")
 _lock = threading.Lock()
 _chosen: str | None = None
@@ -30,9 +32,9 @@ def metal_available() -> bool:
 def _validate(name: str, source: str) -> str:
     name = name.strip().lower()
     if name not in BACKENDS:
-        raise ValueError(f"{source}: unknown device {name!r}; use 'cpu' or 'metal'")
+        raise DeviceError(f"{source}: unknown device {name!r}; use 'cpu' or 'metal'")
     if name == "metal" and not metal_available():
-        raise ValueError(f"{source}: Metal is only available on macOS with an Apple GPU; use 'cpu' here")
+        raise DeviceError(f"{source}: Metal is only available on macOS with an Apple GPU; use 'cpu' here")
     return name
 
 

@@ -15,6 +15,8 @@ from __future__ import annotations
 import os
 from typing import MutableMapping
 
+from .errors import DeviceError
+
 _ON = ("1", "true", "yes", "on")
 _OFF = ("", "0", "false", "no", "off")
 
@@ -25,7 +27,7 @@ def apply(environ: MutableMapping[str, str] = os.environ) -> bool:
     if value in _OFF:
         return False
     if value not in _ON:
-        raise ValueError(f"METALKIT_VALIDATE={environ['METALKIT_VALIDATE']!r}: use 1 to turn Metal's validation on, "
+        raise DeviceError(f"METALKIT_VALIDATE={environ['METALKIT_VALIDATE']!r}: use 1 to turn Metal's validation on, "
                          "0 (or unset) to leave it off")
     # setdefault: a value the user gave Metal directly (e.g. MTL_SHADER_VALIDATION=0) stands.
     environ.setdefault("MTL_DEBUG_LAYER", "1")

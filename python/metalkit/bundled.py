@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from . import _device
+from .errors import KernelNotFound
 from .library import load
 
 KERNELS_DIR = Path(__file__).resolve().parent / "kernels"
@@ -38,7 +39,7 @@ def _find(name: str):
                 _by_name.setdefault((backend, kname), lib[kname])
     k = _by_name.get((backend, name))
     if k is None:
-        raise KeyError(f"no bundled kernel named {name!r}; bundled kernels: {', '.join(kernels())}. "
+        raise KernelNotFound(f"no bundled kernel named {name!r}; bundled kernels: {', '.join(kernels())}. "
                        "Use metalkit.compile(source) or metalkit.load(path) for your own")
     return k
 

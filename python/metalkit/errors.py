@@ -23,7 +23,8 @@ class CompileError(MetalkitError, SyntaxError):
 
 
 class ArgumentError(MetalkitError, TypeError):
-    """Arguments do not match the kernel: count, dtype, size, writability, range."""
+    """Arguments do not match the kernel (count, dtype, size, writability, range),
+    or a metalkit function was given a value of the wrong type."""
 
 
 class DispatchError(MetalkitError, ValueError):
@@ -32,3 +33,23 @@ class DispatchError(MetalkitError, ValueError):
 
 class KernelFault(MetalkitError, RuntimeError):
     """A fault found while the kernel ran (out of bounds, divergent barrier, GPU error)."""
+
+
+class KernelNotFound(MetalkitError, KeyError, AttributeError):
+    """No kernel of that name: ``lib["name"]``, ``lib.name``, ``metalkit.run("name")``.
+    A ``KeyError`` and an ``AttributeError``, so ``hasattr`` and ``getattr(lib, name, None)`` work."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""  # KeyError would quote the message
+
+
+class DeviceError(MetalkitError, ValueError):
+    """An unknown backend or device setting, or a backend this machine does not have."""
+
+
+class CacheError(MetalkitError, OSError):
+    """Neither the kernel cache directory nor a private temporary one can be written."""
+
+
+class MetalkitWarning(UserWarning):
+    """Something metalkit worked around, such as a kernel cache it could not write."""

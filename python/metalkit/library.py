@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Union
 
 from . import _device
-from .errors import CompileError
+from .errors import ArgumentError, CompileError, KernelNotFound
 
 Constants = Mapping[Union[str, int], Union[bool, int, float]]
 
@@ -54,7 +54,7 @@ class Library:
             raise CompileError(f"{self.filename}: this library cannot be specialised (no source to rebuild from)",
                                filename=self.filename)
         if name not in self:
-            self[name]  # raises the KeyError naming the kernels
+            self[name]  # raises the KernelNotFound naming the kernels
         return self._rebuild({**self.constants, **dict(constants)}, [name])[name]
 
     @property
@@ -65,16 +65,15 @@ class Library:
     def __getitem__(self, name: str):
         k = self._core.kernel(name)
         if k is None:
-            raise KeyError(f"no kernel named {name!r} in {self.filename}; it has: {', '.join(self.kernels) or 'none'}")
+            raise KernelNotFound(f"no kernel named {name!r} in {self.filename}; it has: "
+                                 f"{', '.join(self.kernels) or 'none'}; check the name (a template kernel is named "
+                                 "by its host_name instantiations)")
         return k
 
     def __getattr__(self, name: str):
         if name.startswith("_"):
             raise AttributeError(name)
-        try:
-            return self[name]
-        except KeyError as e:
-            raise AttributeError(e.args[0]) from None
+        return self[name]
 
     def __contains__(self, name: str) -> bool:
         return self._core.kernel(name) is not None
@@ -113,8 +112,10 @@ def compile(source: str, *, filename: str = "<source>", include_dirs: Iterable[s
     [0.0, 3.0, 6.0, 9.0]
     """
     if not isinstance(source, str):
-        raise TypeError(f"metalkit.compile takes MSL source text, got {type(source).__name__}; "
-                        "use metalkit.load(path) for a file")
+        hint = "decode it first (source.decode())" if isinstance(source, (bytes, bytearray)) else \
+            "use metalkit.load(path) for a file"
+        raise ArgumentError(f"metalkit.compile takes MSL source text (str), got {type(source).__name__}; {hint}")
+    _check_constants(constants or {})
     backend = _device.current()
     include_dirs = tuple(str(d) for d in include_dirs)
     consts = dict(constants or {})
@@ -129,11 +130,16 @@ def compile(source: str, *, filename: str = "<source>", include_dirs: Iterable[s
     if backend == "cpu":
         from . import _core, msl
         path = msl.build(source, filename, include_dirs, consts, fast_math, defines, only)
-        key = key + (path,)
         with _lock:
-            lib = _libraries.get(key)
-            if lib is None:
-                lib = _libraries[key] = Library(_core.load_cpu_library(path), filename, backend, consts, rebuild)
+            lib = _libraries.get(key + (path,))
+        if lib is None:
+            try:
+                core = _core.load_cpu_library(path)
+            except RuntimeError:  # verified, yet it does not load here (another system's libc...): build afresh
+                path = msl.build(source, filename, include_dirs, consts, fast_math, defines, only, rebuild=True)
+                core = _load_fresh(path, filename)
+            with _lock:
+                lib = _libraries.setdefault(key + (path,), Library(core, filename, backend, consts, rebuild))
         return lib
     from . import _metal
     from .msl.defines import define_lines
@@ -150,6 +156,27 @@ def compile(source: str, *, filename: str = "<source>", include_dirs: Iterable[s
         raise CompileError(f"kernels=: no kernel named {missing[0]!r} in {filename}; check the name "
                            "(a template is named by its host_name instantiations)", filename=filename)
     return lib
+
+
+def _check_constants(constants: Constants) -> None:
+    for name, value in constants.items():
+        if isinstance(name, bool) or not isinstance(name, (str, int)):
+            raise ArgumentError(f"constants=: key {name!r} is a {type(name).__name__}; name a function constant by "
+                                "its name (str) or its [[function_constant(index)]] (int)")
+        if not isinstance(value, (bool, int, float)):
+            raise ArgumentError(f"constants=: function constant {name!r} is given a {type(value).__name__}; pass a "
+                                "bool, int or float (convert a numpy scalar with .item())")
+
+
+def _load_fresh(path: str, filename: str) -> Any:
+    """Load a module just compiled; failing that, the compiler makes modules this system cannot load."""
+    from . import _core
+    try:
+        return _core.load_cpu_library(path)
+    except RuntimeError as e:
+        raise CompileError(f"{filename}: the compiled module cannot be loaded ({e}); the compiler builds for "
+                           "another system: set METALKIT_CXX to a clang++ for this one, or unset it",
+                           filename=filename) from None
 
 
 def load(path: Union[str, os.PathLike], *, include_dirs: Iterable[str] = (), constants: Constants | None = None,

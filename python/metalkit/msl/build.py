@@ -7,14 +7,10 @@ but the file.
 """
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import tempfile
 import threading
-from pathlib import Path
 
-from ..errors import CompileError
+from ..errors import CacheError, CompileError
 from . import cache, codegen, toolchain
 from .defines import define_lines
 from .diagnostics import compile_error, source_line
@@ -36,11 +32,12 @@ def _stat(path: str) -> tuple[int, int] | None:
 
 
 def build(source: str, filename: str = "<source>", include_dirs=(), constants=None, fast_math: bool = False,
-          defines=None, kernels=None) -> str:
+          defines=None, kernels=None, rebuild: bool = False) -> str:
     """Path of the compiled module for this source and these options.
 
     ``defines``: macros defined before the source; ``kernels``: host names of
-    the only kernels to build (None: all), which makes a large library quick.
+    the only kernels to build (None: all), which makes a large library quick;
+    ``rebuild``: compile again even if a cached module exists (it would not load).
     """
     tc = toolchain.find()
     include_dirs = [os.path.abspath(d) for d in include_dirs]
@@ -48,38 +45,39 @@ def build(source: str, filename: str = "<source>", include_dirs=(), constants=No
     prologue = define_lines(defines)
     kernels = None if kernels is None else sorted(set(kernels))
     k = cache.key(prologue + source, filename, include_dirs, constants, fast_math, tc.identity, kernels)
-    hit = _memory.get(k)
+    hit = None if rebuild else _memory.get(k)
     if hit and all(_stat(p) == st for p, st in hit[1].items()):
         return hit[0]
     with _lock:
         key_lock = _key_locks.setdefault(k, threading.Lock())
     with key_lock:
-        manifest = cache.cache_dir() / f"{k}.json"
-        entry = _valid_entry(manifest)
+        entry = None if rebuild else cache.lookup(k)
         if entry is None:
-            entry = _compile(tc, source, filename, include_dirs, constants, fast_math, manifest, prologue, kernels)
-        so, deps = entry
-        _memory[k] = (str(so), {p: _stat(p) for p in deps})
-        return str(so)
+            entry = _compile_in_cache(tc, source, filename, include_dirs, constants, fast_math, k, prologue, kernels)
+        _memory[k] = (str(entry.module), {p: _stat(p) for p in entry.deps})
+        return str(entry.module)
 
 
-def _valid_entry(manifest: Path) -> tuple[Path, list[str]] | None:
-    """The module a manifest names, if it exists and every file it included is unchanged."""
+def _compile_in_cache(*args) -> cache.Entry:
+    """``_compile``; if the cache directory refuses a write, once more in a private one."""
     try:
-        entry = json.loads(manifest.read_text())
-        so, deps = manifest.parent / entry["module"], entry["deps"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-    if not so.exists() or any(cache.file_digest(p) != digest for p, digest in deps.items()):
-        return None
-    return so, list(deps)
+        return _compile(*args)
+    except CacheError:
+        raise
+    except OSError as e:
+        cache.abandon(e)
+    try:
+        return _compile(*args)
+    except CacheError:
+        raise
+    except OSError as e:
+        raise cache.unwritable(e) from None
 
 
-def _compile(tc, source, filename, include_dirs, constants, fast_math, manifest: Path, prologue: str,
-             kernels) -> tuple[Path, list[str]]:
-    manifest.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=manifest.parent, prefix="build-") as tmp:
-        src = Path(tmp) / "source.metal"
+def _compile(tc, source, filename, include_dirs, constants, fast_math, key: str, prologue: str,
+             kernels) -> cache.Entry:
+    with cache.workspace() as tmp:
+        src = tmp / "source.metal"
         # #line keeps every diagnostic in the user's own file name and lines.
         src.write_text(f'{prologue}#line 1 "{_escape(filename)}"\n{source}')
         pp = _run(tc.preprocess(str(src), include_dirs), source, filename)
@@ -93,26 +91,12 @@ def _compile(tc, source, filename, include_dirs, constants, fast_math, manifest:
         if missing:
             raise CompileError(f"kernels=: no kernel named {missing[0]!r} in {filename}; check the name "
                                "(a template is named by its host_name instantiations)", filename=filename)
-        module = Path(tmp) / "module.cpp"
+        module = tmp / "module.cpp"
         module.write_text(result.text + "\n" + codegen.launchers(result.kernels))
-        out = Path(tmp) / "module.so"
+        out = tmp / "module.so"
         _run(tc.compile(str(module), str(out), fast_math), source, filename)
         deps = {f: cache.file_digest(f) for f in result.files if f != filename and os.path.isfile(f)}
-        # Named by what it was built from, included files too: a process that
-        # already loaded the previous build gets a new module, not dlopen's old one.
-        so = manifest.with_name(f"{manifest.stem}-{cache.digest(json.dumps(sorted(deps.items())))[:12]}.so")
-        os.replace(out, so)
-        tmp_manifest = Path(tmp) / "manifest.json"
-        tmp_manifest.write_text(json.dumps({"module": so.name, "deps": deps,
-                                            "kernels": [k.host_name for k in result.kernels]}))
-        try:
-            previous = manifest.parent / json.loads(manifest.read_text())["module"]
-        except (OSError, ValueError, KeyError, TypeError):
-            previous = None
-        os.replace(tmp_manifest, manifest)
-        if previous is not None and previous != so:
-            previous.unlink(missing_ok=True)  # a process that has it loaded keeps its mapping
-    return so, list(deps)
+        return cache.store(key, out, deps, [k.host_name for k in result.kernels])
 
 
 def _escape(s: str) -> str:
@@ -120,7 +104,7 @@ def _escape(s: str) -> str:
 
 
 def _run(cmd: list[str], source: str, filename: str) -> str:
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    proc = toolchain.run(cmd)
     if proc.returncode != 0:
         raise compile_error(proc.stderr or str(proc.returncode), source, filename)
     return proc.stdout

@@ -1,33 +1,132 @@
-"""Where compiled CPU modules live, and what their cache keys are made of.
+"""The disk cache of compiled CPU modules: where it is, what keys are made of, and
+which entries can be trusted.
 
 A key covers everything that changes the module: the source, the options, the
 compiler binary, metalkit's headers and code generator, and the CPU (modules
-are built for the native instruction set). Files the source includes are
-checked by content on every disk hit.
+are built for the native instruction set).
+
+An entry is ``cpu/<key>.json``, a manifest naming the module file, the sha256
+of its bytes, and the user's included files with the sha256 of theirs. A
+module is handed to the loader only if its manifest reads back whole, its bytes
+hash to the recorded digest and every included file is unchanged; anything
+else (a truncated, garbled or empty file, a missing module) is a miss, and the
+entry is rebuilt over it. Everything is written beside the entries and renamed
+into place, so a crash or a concurrent writer leaves the old entry or the new
+one, never half of one.
+
+A cache directory that cannot be written (a file in its place, read-only, a
+parent that cannot be created) is replaced, for this process, by a private
+temporary one, removed at exit, with one warning.
 """
 from __future__ import annotations
 
+import atexit
+import contextlib
 import functools
 import hashlib
 import json
 import os
 import platform
+import shutil
+import sys
+import tempfile
+import threading
+import warnings
 from pathlib import Path
+from typing import Iterator, NamedTuple
 
+from ..errors import CacheError, MetalkitWarning
 from .toolchain import INCLUDE_DIR
 
-FORMAT = 2  # bump when the layout of cache entries changes
+FORMAT = 3  # bump when the layout of cache entries changes
+
+_lock = threading.Lock()
+_abandoned: set[str] = set()  # configured directories that stopped taking writes in this process
+
+
+def configured() -> Path:
+    """``METALKIT_CACHE_DIR``, else ``$XDG_CACHE_HOME/metalkit``, else ``~/.cache/metalkit``."""
+    env = os.environ.get("METALKIT_CACHE_DIR")
+    if env:
+        return Path(env)
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "metalkit"
+
+
+def root() -> Path:
+    """The cache directory in use: the configured one if it takes writes, else a private temporary one."""
+    path = configured()
+    if str(path) in _abandoned:
+        return _private()
+    try:
+        return _usable(str(path))
+    except OSError as e:
+        return _fall_back(path, e)
 
 
 def cache_dir() -> Path:
-    """``METALKIT_CACHE_DIR``, else the user's cache directory."""
-    env = os.environ.get("METALKIT_CACHE_DIR")
-    if env:
-        base = Path(env)
-    else:
-        xdg = os.environ.get("XDG_CACHE_HOME")
-        base = (Path(xdg) if xdg else Path.home() / ".cache") / "metalkit"
-    return base / "cpu"
+    """Where compiled modules and their manifests are (``<root>/cpu``)."""
+    return root() / "cpu"
+
+
+@functools.lru_cache(maxsize=None)
+def _usable(path: str) -> Path:
+    """``path`` once it is known to take writes (an OSError if it does not)."""
+    cpu = Path(path) / "cpu"
+    cpu.mkdir(parents=True, exist_ok=True)
+    # Writing is the only reliable test: permission bits say nothing to root,
+    # nor about read-only mounts or full disks.
+    with tempfile.TemporaryFile(dir=cpu, prefix="probe-"):
+        pass
+    return Path(path)
+
+
+def abandon(error: OSError) -> None:
+    """The cache directory refused a write after it was checked (made read-only,
+    full...): use the private temporary cache for the rest of this process."""
+    path = configured()
+    if str(path) not in _abandoned:
+        _fall_back(path, error)
+
+
+def unwritable(error: OSError) -> CacheError:
+    """The error for a write refused by the private cache too."""
+    return CacheError(f"cannot write compiled kernels to {cache_dir()} ({error.strerror or error}); free space there "
+                      "or set METALKIT_CACHE_DIR to a writable directory")
+
+
+def _fall_back(path: Path, error: OSError) -> Path:
+    with _lock:
+        first = str(path) not in _abandoned
+        _abandoned.add(str(path))
+    private = _private()
+    if first:
+        reason = error.strerror or str(error)
+        warnings.warn(f"cannot write the kernel cache {path} ({reason}); using {private} for this process "
+                      "only, so kernels are compiled again next time. Set METALKIT_CACHE_DIR to a writable directory.",
+                      MetalkitWarning, stacklevel=_callers_level())
+    return private
+
+
+def _callers_level() -> int:
+    """The stacklevel of the first frame outside metalkit: the warning names the user's call."""
+    package = str(Path(__file__).parent.parent)
+    frame, level = sys._getframe(1), 1
+    while frame is not None and frame.f_code.co_filename.startswith(package):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
+@functools.lru_cache(maxsize=None)
+def _private() -> Path:
+    try:
+        path = Path(tempfile.mkdtemp(prefix="metalkit-cache-"))  # mode 0700: this user's alone
+        (path / "cpu").mkdir()
+    except OSError as e:
+        raise CacheError(f"cannot write the kernel cache {configured()} nor a temporary directory "
+                         f"({e.strerror or e}); set METALKIT_CACHE_DIR to a writable directory") from None
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
+    return path
 
 
 @functools.lru_cache(maxsize=None)
@@ -35,10 +134,10 @@ def _metalkit_version() -> str:
     """Hash of the headers and the generator: a change to either rebuilds."""
     h = hashlib.sha256()
     roots = [Path(INCLUDE_DIR), Path(__file__).parent]
-    for root in roots:
-        for p in sorted(root.rglob("*")):
+    for root_dir in roots:
+        for p in sorted(root_dir.rglob("*")):
             if p.is_file() and p.suffix != ".pyc":
-                h.update(str(p.relative_to(root)).encode())
+                h.update(str(p.relative_to(root_dir)).encode())
                 h.update(p.read_bytes())
     return h.hexdigest()
 
@@ -68,8 +167,80 @@ def digest(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def file_digest(path: str) -> str | None:
+def file_digest(path: str | Path) -> str | None:
+    h = hashlib.sha256()
     try:
-        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
     except OSError:
         return None
+    return h.hexdigest()
+
+
+class Entry(NamedTuple):
+    module: Path
+    deps: list[str]  # the user's files the module was built from
+
+
+def lookup(k: str) -> Entry | None:
+    """The verified entry for key ``k``, or None if it is missing, damaged or out of date."""
+    manifest = cache_dir() / f"{k}.json"
+    try:
+        entry = json.loads(manifest.read_bytes())
+    except (OSError, ValueError):  # missing, unreadable, truncated, garbled, empty
+        return None
+    if not _well_formed(entry):
+        return None
+    module = manifest.parent / entry["module"]
+    if file_digest(module) != entry["sha256"]:
+        return None
+    if any(file_digest(p) != d for p, d in entry["deps"].items()):
+        return None
+    return Entry(module, list(entry["deps"]))
+
+
+def _well_formed(entry: object) -> bool:
+    if not isinstance(entry, dict):
+        return False
+    name, sha, deps = entry.get("module"), entry.get("sha256"), entry.get("deps")
+    return (isinstance(name, str) and name.endswith(".so") and Path(name).name == name
+            and isinstance(sha, str) and isinstance(deps, dict)
+            and all(isinstance(p, str) and (d is None or isinstance(d, str)) for p, d in deps.items()))
+
+
+@contextlib.contextmanager
+def workspace() -> Iterator[Path]:
+    """A temporary build directory beside the entries (one file system, so ``store`` renames atomically)."""
+    folder = cache_dir()
+    folder.mkdir(parents=True, exist_ok=True)  # recreated if it was removed since
+    with tempfile.TemporaryDirectory(dir=folder, prefix="build-") as tmp:
+        yield Path(tmp)
+
+
+def store(k: str, built: Path, deps: dict[str, str | None], kernels: list[str]) -> Entry:
+    """Move the module ``built`` (in a ``workspace``) into the cache as key ``k``'s entry."""
+    manifest = built.parent.parent / f"{k}.json"
+    # Named by what it was built from, included files too: a process that
+    # already loaded the previous build gets a new module, not dlopen's old one.
+    module = manifest.with_name(f"{k}-{digest(json.dumps(sorted(deps.items())))[:12]}.so")
+    record = {"module": module.name, "sha256": file_digest(built), "deps": deps, "kernels": kernels}
+    staged = built.with_name("manifest.json")
+    staged.write_text(json.dumps(record))
+    previous = _previous_module(manifest)
+    os.replace(built, module)
+    os.replace(staged, manifest)
+    if previous is not None and previous != module:
+        # Housekeeping only (a stale module costs disk space, nothing else); a
+        # process that has it loaded keeps its mapping.
+        with contextlib.suppress(OSError):
+            previous.unlink()
+    return Entry(module, list(deps))
+
+
+def _previous_module(manifest: Path) -> Path | None:
+    try:
+        entry = json.loads(manifest.read_bytes())
+    except (OSError, ValueError):
+        return None
+    return manifest.parent / entry["module"] if _well_formed(entry) else None

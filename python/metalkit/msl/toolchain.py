@@ -6,9 +6,12 @@ dependency on every platform, so a Mac whose Xcode clang is older still works).
 """
 from __future__ import annotations
 
+import contextlib
 import functools
+import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -26,6 +29,11 @@ LANGUAGE_FLAGS = [
     "-Xclang", "-ffloat16-excess-precision=none", "-Xclang", "-fbfloat16-excess-precision=none",
     "-D__METAL_VERSION__=310", "-D__METAL__=1", "-D__METALKIT_CPU__=1", "-nostdinc++",
 ]
+# A tab counts one column in the source lines clang quotes, as in the columns it
+# reports, so diagnostics.py can line quoted text up with the user's own.
+DIAGNOSTIC_FLAGS = ["-ftabstop=1"]
+NEEDS = ("metalkit needs clang 17 or newer: set METALKIT_CXX to such a clang++, or unset it to use the clang "
+         "of the ziglang wheel (pip install ziglang)")
 
 
 @dataclass(frozen=True)
@@ -43,7 +51,7 @@ class Toolchain:
         return [self.path, "clang"] if self.kind == "zig" else [self.path]
 
     def preprocess(self, source: str, include_dirs: list[str]) -> list[str]:
-        cmd = self._clang() + LANGUAGE_FLAGS + ["-E", "-I", INCLUDE_DIR, "-include", "metal_stdlib"]
+        cmd = self._clang() + LANGUAGE_FLAGS + DIAGNOSTIC_FLAGS + ["-E", "-I", INCLUDE_DIR, "-include", "metal_stdlib"]
         for d in include_dirs:
             cmd += ["-I", d]
         return cmd + [source]
@@ -57,15 +65,45 @@ class Toolchain:
             cmd = [self.path, "-march=native"]
         # Stack-clash probes touch every page a large frame spans, so a thread
         # that outgrows its fiber stack hits the guard page instead of leaping past it.
-        cmd += LANGUAGE_FLAGS + ["-O2", "-fPIC", "-shared", "-fvisibility=hidden", "-w", "-I", INCLUDE_DIR,
-                                 "-fno-math-errno", "-fstack-clash-protection"]
+        cmd += LANGUAGE_FLAGS + DIAGNOSTIC_FLAGS + ["-O2", "-fPIC", "-shared", "-fvisibility=hidden", "-w",
+                                                    "-I", INCLUDE_DIR, "-fno-math-errno", "-fstack-clash-protection"]
         if fast_math:
             cmd.append("-ffast-math")
         return cmd + [source, "-o", output]
 
     def version(self) -> str:
-        out = subprocess.run(self._clang() + ["--version"], capture_output=True, text=True)
-        return out.stdout.splitlines()[0] if out.stdout else out.stderr.strip()
+        """The first line ``--version`` prints ("" if it prints nothing)."""
+        out = run(self._clang() + ["--version"])
+        return next((line.strip() for line in (out.stdout + out.stderr).splitlines() if line.strip()), "")
+
+
+def run(cmd: list[str], input: str | None = None) -> subprocess.CompletedProcess:
+    """Run a compiler command and wait for it.
+
+    The compiler gets its own process group, killed whole if the wait is
+    interrupted (Ctrl-C) or fails: ``zig c++`` runs clang as a child, which
+    would otherwise outlive it. Its caches (zig's) go under metalkit's cache
+    directory, not the user's home.
+    """
+    from . import cache  # cache imports this module for INCLUDE_DIR
+    env = dict(os.environ)
+    zig_cache = str(cache.root() / "zig")
+    env.setdefault("ZIG_GLOBAL_CACHE_DIR", zig_cache)
+    env.setdefault("ZIG_LOCAL_CACHE_DIR", zig_cache)
+    try:
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL if input is None else subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                                start_new_session=True)
+    except OSError as e:
+        raise CompileError(f"cannot run the compiler {cmd[0]}: {e.strerror or e}; {NEEDS}") from None
+    try:
+        out, err = proc.communicate(input)
+    except BaseException:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        raise
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 
 def _zig() -> str | None:
@@ -83,19 +121,22 @@ def _find(override: str | None) -> Toolchain:
         path = shutil.which(override) or override
         if not os.path.exists(path):
             raise CompileError(f"METALKIT_CXX={override!r} does not exist; point it at a clang++ or unset it")
-        return Toolchain("zig" if Path(path).name.startswith("zig") else "clang", path)
+        tc = Toolchain("zig" if Path(path).name.startswith("zig") else "clang", path)
+        problem = _problem(tc)
+        if problem:
+            raise CompileError(f"METALKIT_CXX={override!r} ({path}) cannot build metalkit kernels: {problem}. {NEEDS}")
+        return tc
     path = shutil.which("clang++")
-    if path and _capable(Toolchain("clang", path)):
+    problem = _problem(Toolchain("clang", path)) if path else None
+    if path and problem is None:
         return Toolchain("clang", path)
     zig = _zig()
     if zig:
         return Toolchain("zig", zig)
     if path:
-        raise CompileError(f"{path} is too old for metalkit's CPU backend (it needs clang 17 or newer: __bf16 "
-                           "arithmetic and -fbfloat16-excess-precision); pip install ziglang, or set METALKIT_CXX "
-                           "to a newer clang++")
+        raise CompileError(f"{path} cannot build metalkit kernels: {problem}. {NEEDS}")
     raise CompileError("no C++ compiler for the CPU backend: install the ziglang wheel (pip install ziglang), "
-                       "put clang++ on the PATH, or set METALKIT_CXX to a clang++")
+                       "put clang++ 17 or newer on the PATH, or set METALKIT_CXX to one")
 
 
 # What the headers need from the compiler beyond C++17.
@@ -107,29 +148,41 @@ int use(S s) { return s.p; }
 """
 
 
-def _capable(tc: Toolchain) -> bool:
-    """Whether a system clang compiles what metalkit's headers use (an older Apple
-    clang does not); remembered per compiler binary in the cache directory."""
-    import json
-    from . import cache
-    record = cache.cache_dir().parent / "compilers.json"
+def _problem(tc: Toolchain) -> str | None:
+    """None if ``tc`` is a clang that compiles what metalkit's headers use, else
+    what is wrong; remembered per compiler binary in the cache directory."""
+    from . import cache  # cache imports this module for INCLUDE_DIR
+    record = cache.root() / "compilers.json"
     try:
         known = json.loads(record.read_text())
+        if not isinstance(known, dict):
+            known = {}
     except (OSError, ValueError):
         known = {}
-    if tc.identity in known:
-        return bool(known[tc.identity])
-    proc = subprocess.run(tc._clang() + LANGUAGE_FLAGS + ["-fsyntax-only", "-"], input=_PROBE,
-                          capture_output=True, text=True)
-    known[tc.identity] = proc.returncode == 0
-    try:
-        record.parent.mkdir(parents=True, exist_ok=True)
-        tmp = record.with_suffix(f".{os.getpid()}.tmp")
+    if known.get(tc.identity) is True:
+        return None
+    if isinstance(known.get(tc.identity), str):
+        return known[tc.identity]
+    problem = _probe(tc)
+    known[tc.identity] = problem or True
+    tmp = record.with_suffix(f".{os.getpid()}.tmp")
+    with contextlib.suppress(OSError):  # an unwritable cache directory: the probe runs again in the next process
         tmp.write_text(json.dumps(known))
         os.replace(tmp, record)
-    except OSError:  # a read-only cache directory: the probe simply runs again in the next process
-        return known[tc.identity]
-    return known[tc.identity]
+    return problem
+
+
+def _probe(tc: Toolchain) -> str | None:
+    version = tc.version()
+    if "clang" not in version:
+        return f"it is not clang (its --version says {version!r})" if version else \
+            "it is not clang (its --version printed nothing)"
+    proc = run(tc._clang() + LANGUAGE_FLAGS + ["-fsyntax-only", "-"], input=_PROBE)
+    if proc.returncode == 0:
+        return None
+    lines = [line.strip() for line in proc.stderr.splitlines() if line.strip()]
+    first = next((line for line in lines if "error" in line), lines[0] if lines else "no output")
+    return f"{version} is too old (a test compile failed: {first})"
 
 
 def find() -> Toolchain:
