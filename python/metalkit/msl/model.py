@@ -36,6 +36,7 @@ class Kernel:
     needs_sync: str = ""         # first barrier/SIMD-group function it reaches, if any
     function: str = ""           # the C++ function (template) name
     uses_barrier: bool = False   # it reaches threadgroup_barrier
+    targs: tuple = (0, -1)       # token range of a host_name instantiation's template arguments
     execution: str = "loop"      # "loop", "simt", or "fibers: " and why (set by the SIMT pass)
 
 

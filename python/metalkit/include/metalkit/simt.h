@@ -69,21 +69,25 @@ template <class T> struct unref<T&&> { typedef T type; };
 template <class T> using unref_t = typename unref<T>::type;
 
 // ---- SIMT helper functions ----
-// A helper that reaches a SIMD-group function or barrier is declared with this return type and
-// defined as Tag::call; the call site tells it from an ordinary function by its return type.
+// A helper that reaches a SIMD-group function or barrier keeps its definition (for kernels run
+// as fibers) and gains a twin declaration, `__mk_simt_<name>`, with the same parameters and this
+// return type; Tag::call is the helper as SIMT code, taking per-lane arguments.
 template <class Tag, class R> struct tag {
   typedef Tag type;
   typedef R result;
 };
-template <class D> struct result_of { typedef D type; };
-template <class Tag, class R> struct result_of<tag<Tag, R>> { typedef R type; };
-template <class D> using result_t = typename result_of<D>::type;
-template <class D> struct is_tag { static constexpr bool value = false; };
-template <class Tag, class R> struct is_tag<tag<Tag, R>> { static constexpr bool value = true; };
-struct none {};
 template <class R> struct ret_lanes { typedef lanes<R> type; };
+template <class R> struct ret_lanes<const R> { typedef lanes<R> type; };
+struct none {};
 template <> struct ret_lanes<void> { typedef none type; };
-template <class D> using ret_lanes_t = typename ret_lanes<result_t<D>>::type;
+template <class R> using ret_lanes_t = typename ret_lanes<R>::type;
+// Makes an expression depend on a generic lambda's parameter, so a call of a twin that does not
+// exist (the name is a standard SIMD-group function) is a substitution failure, not an error.
+struct probe {};
+template <class D, class T> __MK_F T&& dep(T&& t) { return static_cast<T&&>(t); }
+template <class F, class = void> struct has_twin { static constexpr bool value = false; };
+template <class F> struct has_twin<F, decltype((void)(*(F*)nullptr)(probe{}))> { static constexpr bool value = true; };
+struct no_twin {};
 
 // The I-th of a pack of accessors (each: unsigned lane -> the argument for that lane).
 template <unsigned I, class A0, class... A> __MK_F decltype(auto) nth(A0&& a0, A&&... a) {
@@ -117,14 +121,14 @@ template <class F>
 struct takes_site<F, decltype((void)(*(F*)nullptr)(0u, metal::__mk::site{}))> { static constexpr bool value = true; };
 
 // A call of a SIMD-group function (or of a helper that reaches one) by the active lanes m.
-// D: the declared result of the call. siteful(l, site): the call for lane l, passing the
-// SIMD-group's exchange (metalkit's own SIMD-group functions take it); plain(l): the call
-// for lane l as written (a function of the same name that is not one); tagged(D): the
-// call of a SIMT helper with per-lane arguments. res: where each lane's result goes.
+// D: the call's result type. twin(probe): the call of the helper's SIMT twin with per-lane
+// arguments, if the call resolves to one; siteful(l, site): the call for lane l passing the
+// SIMD-group's exchange (metalkit's SIMD-group functions take it); plain(l): the call as written.
+// res: where each lane's result goes.
 template <class D, class Res, class B, class P, class G>
-__MK_F void invoke(frame& f, unsigned m, Res* res, B&& siteful, P&& plain, G&& tagged) {
-  if constexpr (is_tag<D>::value) {
-    tagged(D{});
+__MK_F void invoke(frame& f, unsigned m, Res* res, B&& siteful, P&& plain, G&& twin) {
+  if constexpr (has_twin<G>::value) {
+    twin(probe{});
   } else if constexpr (takes_site<B>::value) {
     metal::__mk::simt_exchange& x = f.x;
     x.begin(m);

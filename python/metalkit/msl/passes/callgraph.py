@@ -56,4 +56,9 @@ def mark(unit: Unit) -> Reach:
     for k in unit.kernels:
         k.needs_sync = r.sync.get(k.function, "")
         k.uses_barrier = r.barrier.get(k.function, False)
+        # Functions passed as template arguments are called through the parameter.
+        for t in unit.toks[k.targs[0]:k.targs[1] + 1]:
+            if t.kind == "id" and r.sync.get(t.text):
+                k.needs_sync = k.needs_sync or r.sync[t.text]
+                k.uses_barrier = k.uses_barrier or r.barrier.get(t.text, False)
     return r

@@ -134,7 +134,8 @@ def _instantiation(unit: Unit, a: int, b: int, by_name: dict, serial: int):
     # Declared in place (same scope as the instantiation), on the same line.
     decl = f" static constexpr {' '.join(w for w in words if w)} = {ref};"
     qual = f"::{tmpl.scope}::{ptr}" if tmpl.scope else f"::{ptr}"
-    return Kernel(host, qual, tmpl.params, *src.where(toks[name_i])[:2], _max_threads(src, tmpl), function=fname), decl
+    return Kernel(host, qual, tmpl.params, *src.where(toks[name_i])[:2], _max_threads(src, tmpl), function=fname,
+                  targs=(name_i + 1, targs_end)), decl
 
 
 def blank_unbuilt(unit: Unit) -> None:
@@ -150,3 +151,6 @@ def blank_unbuilt(unit: Unit) -> None:
                 for i in range(a + 1, b):
                     src.after.pop(i, None)
                 unit.dropped.update(range(a + 1, b))
+                for ln in range(unit.toks[a].line, unit.toks[b].line):  # loop hints with no loop left
+                    if src.lines[ln].lstrip().startswith("#pragma"):
+                        src.line_out[ln] = ""

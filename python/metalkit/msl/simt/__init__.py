@@ -6,19 +6,22 @@ statement by statement (analysis.py decides what each statement needs,
 emit.py writes it; include/metalkit/simt.h is what the code runs on):
 
 - the kernel keeps its signature and is called once per SIMD-group; its
-  per-thread builtins become per-lane values;
-- a helper keeps its declaration with a marker return type
-  ``mk::simt::tag<Tag, R>`` (so overload resolution picks it as before) and its
-  body moves to ``Tag::call``, which takes per-lane arguments;
-- a function the transform cannot handle (see syntax.Unsupported) leaves the
-  kernels that reach it to the fiber-per-thread fallback, and says why in
-  ``Kernel.execution``.
+  per-thread builtins become per-lane values; its body is replaced;
+- a helper keeps its definition (kernels that run as fibers, and calls through
+  function pointers, use it) and gains a twin: ``__mk_simt_<name>``, declared
+  with the same parameters and the marker return type ``mk::simt::tag<Tag, R>``,
+  so overload resolution finds the twin of the overload the call would pick,
+  and ``Tag::call``, the helper's body as SIMT code taking per-lane arguments;
+- a kernel the transform cannot handle (see syntax.Unsupported), or one that
+  calls SIMD-group functions through a function passed as a template argument,
+  runs a fiber per thread, and ``Kernel.execution`` says why.
 """
 from __future__ import annotations
 
 from ..model import FnDef, Kernel, Unit
 from ..passes.callgraph import Reach
 from ..passes.params import BUILTINS
+from ..source import match
 from . import functions, names as names_mod
 from .analysis import Function, Var
 from .emit import LANES, Emitter
@@ -36,15 +39,11 @@ LANE_BUILTINS = {
 assert set(LANE_BUILTINS) <= BUILTINS
 
 
-class _Failed(Exception):
-    pass
-
-
 def transform(unit: Unit, reach: Reach, text: str) -> None:
     """Rewrites the SIMT functions of `unit` and sets each kernel's `execution`."""
-    sync_kernels = [k for k in unit.kernels if k.needs_sync]
     for k in unit.kernels:
         k.execution = "loop"
+    sync_kernels = [k for k in unit.kernels if k.needs_sync]
     if not sync_kernels:
         return
     names = names_mod.collect(text)
@@ -52,69 +51,74 @@ def transform(unit: Unit, reach: Reach, text: str) -> None:
     by_name: dict[str, list[FnDef]] = {}
     for f in unit.functions:
         by_name.setdefault(f.name, []).append(f)
+    ref_params = _ref_params(unit, by_name)
 
-    def reachable(k: Kernel) -> set[str]:
-        seen, todo = set(), [k.function]
+    def reachable(name: str) -> set[str]:
+        seen, todo = set(), [name]
         while todo:
             n = todo.pop()
-            if n in seen:
+            if n not in seen:
+                seen.add(n)
+                todo.extend(reach.calls.get(n, ()))
+        return seen & sync_names
+
+    def where(e: Unsupported) -> str:
+        file, line, _ = unit.src.where(unit.toks[e.tok])
+        return f"{e.why} ({file}:{line})"
+
+    # Helpers: a SIMT twin for each one a kernel reaches.
+    helpers: dict[int, _HelperPlan] = {}
+    failed: dict[str, str] = {}  # helper name -> why (one of its overloads) cannot be transformed
+    for name in sorted(set().union(*(reachable(k.function) for k in sync_kernels))):
+        for f in by_name.get(name, ()):
+            if f.is_kernel:
                 continue
-            seen.add(n)
-            todo.extend(reach.calls.get(n, ()))
-        return seen & sync_names | {k.function}
-
-    reached = {k.host_name: reachable(k) for k in sync_kernels}
-    kernel_fns = {id(f) for f in unit.functions if f.is_kernel}
-    ref_params = _ref_params(unit, by_name)
-    plans: dict[int, object] = {}
-    failed: dict[str, str] = {}  # function name -> why it cannot be transformed
-    for name in sorted(set().union(*reached.values())):
-        for f in by_name.get(name, ()):
             try:
-                plan = _plan(unit, f, names, sync_names, ref_params, id(f) in kernel_fns)
+                plan = _HelperPlan(unit, f, _body(unit, f, names), sync_names, ref_params)
                 plan.prepare()
-                plans[id(f)] = plan
+                helpers[id(f)] = plan
             except Unsupported as e:
-                file, line, _ = unit.src.where(unit.toks[e.tok])
-                failed.setdefault(name, f"{e.why} ({file}:{line})")
-    # Kernels that reach an untransformable function run as fibers, and so does every kernel that
-    # shares a helper with one of them (a helper is either transformed or not).
-    fiber: dict[str, str] = {}
+                failed.setdefault(name, where(e))
+    # Kernels: SIMT unless something they reach cannot be, or they take SIMT functions as
+    # template arguments (called through a pointer the transform cannot follow).
+    why: dict[str, str] = {}
     for k in sync_kernels:
-        bad = sorted(n for n in reached[k.host_name] if n in failed)
-        if bad:
-            fiber[k.host_name] = f"fibers: {failed[bad[0]]}"
-    changed = True
-    while changed:
-        changed = False
-        scalar = set().union(*(reached[h] for h in fiber)) if fiber else set()
-        for k in sync_kernels:
-            if k.host_name not in fiber and reached[k.host_name] & scalar - {k.function}:
-                other = next(h for h in fiber if reached[h] & reached[k.host_name])
-                fiber[k.host_name] = f"fibers: it shares a helper with kernel '{other}' ({fiber[other][8:]})"
-                changed = True
-    simt_names: set[str] = set()
+        passed = sorted({t.text for t in unit.toks[k.targs[0]:k.targs[1] + 1] if t.text in sync_names})
+        bad = sorted(n for n in reachable(k.function) if n in failed)
+        if passed:
+            why[k.host_name] = (f"fibers: it calls '{passed[0]}', passed as a template argument, through a "
+                                "function pointer")
+        elif bad:
+            why[k.host_name] = f"fibers: {failed[bad[0]]}"
+    kernels_of: dict[str, list[Kernel]] = {}
     for k in sync_kernels:
-        if k.host_name in fiber:
-            k.execution = fiber[k.host_name]
-        else:
-            k.execution = "simt"
-            simt_names |= reached[k.host_name]
-    done: set[int] = set()
-    for name in sorted(simt_names):
-        for f in by_name.get(name, ()):
-            if id(f) in plans and id(f) not in done:
-                done.add(id(f))
-                plans[id(f)].apply()
+        kernels_of.setdefault(k.function, []).append(k)
+    for fname, ks in kernels_of.items():
+        fns = [f for f in by_name.get(fname, ()) if f.is_kernel]
+        reason = next((why[k.host_name] for k in ks if k.host_name in why), None)
+        plans = []
+        if reason is None:
+            try:
+                for f in fns:
+                    plan = _KernelPlan(unit, f, _body(unit, f, names), sync_names, ref_params)
+                    plan.prepare()
+                    plans.append(plan)
+            except Unsupported as e:
+                reason = f"fibers: {where(e)}"
+        for k in ks:
+            # One body serves every instantiation of a kernel template: all run one way.
+            k.execution = why.get(k.host_name) or reason or "simt"
+            if k.execution != "simt" and k.host_name not in why and reason is not None and reason != why.get(k.host_name):
+                k.execution = reason
+        if reason is None:
+            for plan in plans:
+                plan.apply()
+    for plan in helpers.values():
+        plan.apply()
 
 
-def _plan(unit: Unit, f: FnDef, names, sync_names: set[str], ref_params: dict, is_kernel: bool):
-    """Parses and analyses one function; returns a plan whose prepare() writes the code and apply() puts it in."""
-    parser = Parser(unit.toks, names, unit.attr_at, f.body[1] + 1)
-    body = parser.block(f.body[0])
-    if is_kernel:
-        return _KernelPlan(unit, f, body, sync_names, ref_params)
-    return _HelperPlan(unit, f, body, sync_names, ref_params)
+def _body(unit: Unit, f: FnDef, names):
+    return Parser(unit.toks, names, unit.attr_at, f.body[1] + 1).block(f.body[0])
 
 
 def _ref_params(unit: Unit, by_name: dict) -> dict[str, set[int]]:
@@ -122,39 +126,35 @@ def _ref_params(unit: Unit, by_name: dict) -> dict[str, set[int]]:
     out: dict[str, set[int]] = {}
     for name, fs in by_name.items():
         for f in fs:
+            lparen = f.name_at + 1
+            if unit.toks[lparen].text != "(":
+                continue
             try:
-                sig_params = functions.parameters(unit, f.name_at + 1, _close(unit, f.name_at + 1)) \
-                    if unit.toks[f.name_at + 1].text == "(" else []
+                params = functions.parameters(unit, lparen, match(unit.toks, lparen, "(", ")"))
             except (Unsupported, IndexError):
                 continue
-            for i, p in enumerate(sig_params):
+            for i, p in enumerate(params):
                 if p.ref and not p.type_text.startswith("const"):
                     out.setdefault(name, set()).add(i)
     return out
 
 
-def _close(unit: Unit, lparen: int) -> int:
-    from ..source import match
-    return match(unit.toks, lparen, "(", ")")
-
-
 class _KernelPlan:
-    """A kernel: called once per SIMD-group, its signature unchanged."""
+    """A kernel: called once per SIMD-group, its signature unchanged, its body replaced."""
 
     def __init__(self, unit: Unit, f: FnDef, body, sync_names, ref_params):
         self.unit, self.f = unit, f
         lparen = f.name_at + 1
-        self.decls = functions.parameters(unit, lparen, _close(unit, lparen))
+        self.decls = functions.parameters(unit, lparen, match(unit.toks, lparen, "(", ")"))
         kinds = {p.name: p for p in f.params}
         params = []
         for d in self.decls:
             p = kinds.get(d.name)
-            if p is not None and p.kind == "builtin" and p.builtin in LANE_BUILTINS:
-                v = Var(d.name, "builtin", d.name_tok, uniform=False)
+            builtin = p.builtin if p is not None and p.kind == "builtin" else ""
+            if builtin in LANE_BUILTINS:
+                v = Var(d.name, "builtin", d.name_tok, uniform=False, builtin=builtin, type_text=d.type_text)
             else:
-                v = Var(d.name, "kparam", d.name_tok, pointer="*" in d.type_text, ref=d.ref)
-            v.builtin = p.builtin if p is not None else ""
-            v.type_text = d.type_text
+                v = Var(d.name, "kparam", d.name_tok, pointer="*" in d.type_text, ref=d.ref, type_text=d.type_text)
             params.append(v)
         self.fn = Function(unit, body, params, sync_names, {}, False, ref_params)
         self.emitter = Emitter(self.fn, True, False)
@@ -166,10 +166,8 @@ class _KernelPlan:
         for v in self.fn.params:
             if not v.lanes:
                 continue
-            if v.kind == "builtin":
-                value = f"mk::builtin<{v.type_text}>({LANE_BUILTINS[v.builtin]})"
-            else:
-                value = f"__mk_p_{v.name}"
+            value = f"mk::builtin<{v.type_text}>({LANE_BUILTINS[v.builtin]})" if v.kind == "builtin" \
+                else f"__mk_p_{v.name}"
             prologue.append(f"mk::lanes<{v.type_text}> {v.name}; {LANES} {v.name}.set(__l, {value});")
         a, b = f.body
         e.put(a, "{ " + " ".join(prologue))
@@ -184,7 +182,7 @@ class _KernelPlan:
 
 
 class _HelperPlan:
-    """A helper: its declaration gets a marker return type, its body becomes Tag::call."""
+    """A helper: its SIMT twin, appended after its definition (which stays as it is)."""
 
     def __init__(self, unit: Unit, f: FnDef, body, sync_names, ref_params):
         self.unit, self.f = unit, f
@@ -198,32 +196,23 @@ class _HelperPlan:
                 if body_at is not None:
                     for n, st in functions.class_members(unit, body_at).items():
                         members.setdefault(n, st)
-        params = []
-        for d in self.sig.params:
-            if not d.name:
-                continue
-            v = Var(d.name, "param", d.name_tok, uniform=False, ref=d.ref, pointer="*" in d.type_text)
-            v.type_text = d.type_text
-            params.append(v)
+        params = [Var(d.name, "param", d.name_tok, uniform=False, ref=d.ref, pointer="*" in d.type_text,
+                      type_text=d.type_text) for d in self.sig.params if d.name]
         self.fn = Function(unit, body, params, sync_names, members if self.method else {}, self.method, ref_params)
         self.emitter = Emitter(self.fn, False, True)
         self.emitter.sort_and_place()
 
     def prepare(self) -> None:
         unit, src, f, sig, e = self.unit, self.unit.src, self.f, self.sig, self.emitter
+        text = lambda a, b: " ".join(t for t in (src.text_of(k) for k in range(a, b + 1)) if t)
         tag = f"__mk_simt_{f.name}_{f.name_at}"
         head = struct_head = ""
         tag_ref = tag
         if sig.tparams:
-            head = "template <" + ", ".join(p.text for p in sig.tparams) + ">"
-            struct_head = head
+            head = text(*sig.template)
+            struct_head = "template <" + ", ".join(p.text for p in sig.tparams) + ">"
             tag_ref = tag + "<" + ", ".join(p.name + ("..." if p.pack else "") for p in sig.tparams) + ">"
-        ret = src.text_of(sig.ret[0]) if sig.ret[0] == sig.ret[1] else " ".join(
-            src.text_of(k) for k in range(sig.ret[0], sig.ret[1] + 1))
-        ret = " ".join(w for w in ret.split() if w)
-        # The forward declaration of the tag, then the declaration with the marker return type.
-        self.declaration = (f"{struct_head} struct {tag};", f"mk::simt::tag<{tag_ref}, {ret}>")
-        a, b = f.body
+        ret = text(*sig.ret)
         binds = []
         offset = 1 if self.method else 0
         if self.method:
@@ -234,22 +223,21 @@ class _HelperPlan:
                 continue
             take = f"{LANES} {d.name}.set(__l, mk::simt::nth<{offset + i}>(__a...)(__l));"
             if d.default is not None:
-                dflt = " ".join(src.text_of(k) for k in range(d.default[0], d.default[1] + 1))
                 take = (f"if constexpr (sizeof...(__A) > {offset + i}) {{ {take} }} "
-                        f"else {{ {LANES} {d.name}.set(__l, {dflt}); }}")
+                        f"else {{ {LANES} {d.name}.set(__l, {text(*d.default)}); }}")
             binds.append(f"mk::lanes<{d.type_text}> {d.name}; {take}")
-        start = (f"; {struct_head} struct {tag} {{ template <class... __A> static void call(mk::simt::frame& __f, "
-                 f"unsigned __m, typename mk::simt::ret_lanes<{ret}>::type* __ret, __A&&... __a) {{ "
-                 f"unsigned __rt = 0u; (void)__rt; (void)__ret; " + " ".join(binds))
-        e.put(a, start)
+        a, b = f.body
+        e.put(a, f"{{ unsigned __rt = 0u; (void)__rt; (void)__ret; " + " ".join(binds))
         e.emit_pieces()
-        e.put(b, "} };")
+        e.put(b, "}")
+        twin = (f"{struct_head} struct {tag}; {head} {'static ' if sig.static else ''}mk::simt::tag<{tag_ref}, {ret}> "
+                f"__mk_simt_{f.name}({text(sig.lparen + 1, sig.rparen - 1)}){' const' if sig.const else ''};")
+        self.code = (f" {twin} {struct_head} struct {tag} {{ template <class... __A> static void call("
+                     f"mk::simt::frame& __f, unsigned __m, mk::simt::ret_lanes_t<{ret}>* __ret, __A&&... __a) "
+                     f"{e.text()} }};")
 
     def apply(self) -> None:
-        src, sig = self.unit.src, self.sig
-        src.insert_before(self.f.head, self.declaration[0])
-        src.replace(sig.ret[0], sig.ret[1], self.declaration[1])
-        self.emitter.apply(*self.f.body)
+        self.unit.src.insert_after(self.f.body[1], self.code)
 
 
 def _class_body(unit: Unit, name: str):

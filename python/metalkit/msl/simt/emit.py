@@ -58,6 +58,14 @@ class Emitter:
     # ---------------------------------------------------------------- rendering
     def render(self, a: int, b: int, lane) -> str:
         """Tokens [a, b] as C++, locals of lane `lane` (None: no per-lane local may appear)."""
+        return " ".join(t for _, t in self.pieces_of(a, b, lane))
+
+    def put_tokens(self, a: int, b: int, lane) -> None:
+        """Tokens [a, b] rendered each on its own line (diagnostics keep their lines)."""
+        for i, text in self.pieces_of(a, b, lane):
+            self.put(i, text)
+
+    def pieces_of(self, a: int, b: int, lane) -> list[tuple[int, str]]:
         out = []
         i = a
         fn = self.fn
@@ -66,7 +74,7 @@ class Emitter:
                 end, text = self.subst[i]
                 if lane is None:
                     raise Unsupported(i, "a SIMD-group function result used where every lane must agree")
-                out.append(text(lane))
+                out.append((i, text(lane)))
                 i = end + 1
                 continue
             v = fn.name_var.get(i)
@@ -74,22 +82,22 @@ class Emitter:
             if v is not None and v.lanes:
                 if lane is None:
                     raise Unsupported(i, f"'{w}' differs between lanes where every lane must agree")
-                out.append(f"{w}[{lane}]")
+                out.append((i, f"{w}[{lane}]"))
             elif i in fn.member_toks:
-                out.append(f"__this[{lane}]->{w}")
+                out.append((i, f"__this[{lane}]->{w}"))
             elif w == "this" and fn.has_this and self.toks[i].kind == "id":
-                out.append(f"__this[{lane}]")
+                out.append((i, f"__this[{lane}]"))
             elif w == "decltype" and i + 3 <= b and self.toks[i + 1].text == "(" and self.toks[i + 3].text == ")" \
                     and fn.name_var.get(i + 2) is not None and fn.name_var[i + 2].lanes:
-                out.append(f"mk::simt::unref_t<decltype({self.toks[i + 2].text}[0])>")
+                out.append((i, f"mk::simt::unref_t<decltype({self.toks[i + 2].text}[0])>"))
                 i += 4
                 continue
             else:
                 t = self.src.text_of(i)
                 if t:
-                    out.append(t)
+                    out.append((i, t))
             i += 1
-        return " ".join(out)
+        return out
 
     def expr(self, e, lane) -> str:
         return self.render(e.a, e.b, lane) if e is not None else ""
@@ -108,6 +116,8 @@ class Emitter:
         if isinstance(s, (sx.ExprStmt, sx.Decl)):
             if isinstance(s, sx.Decl) and any(dc.var.kind == "shared" for dc in s.declarators):
                 return False
+            if isinstance(s, sx.Decl) and "constexpr" in s.specs and not self.fn.per_lane(inf):
+                return False  # a compile-time constant: declared where every later piece sees it
             if inf.assign_rw or (inf.mem_r and inf.mem_w):
                 return False
             return ctx_v or self.fn.per_lane(inf)
@@ -213,8 +223,11 @@ class Emitter:
                 bodies = [self.sort([s.init], ctx_v), body]
             return Piece("M" if v else "S", [s], bodies)
         if isinstance(s, sx.Switch):
-            if ctx_v or self.fn.varying(self.info(s.cond)):
-                raise Unsupported(s.a, "a switch on a per-thread value around SIMD-group functions or barriers")
+            if ctx_v or self.fn.varying(self.info(s.cond)) or self.info(s.cond).hoists:
+                body = _stmts(s.body)
+                if any(isinstance(t, sx.Case) for c in body for t in _nested(c) if t is not c):
+                    raise Unsupported(s.a, "a case label inside a nested statement of a switch on a per-thread value")
+                return Piece("M", [s], [self.sort(body, True)])
             return Piece("S", [s], [self.sort(_stmts(s.body), False)])
         raise Unsupported(s.a, "this statement")
 
@@ -316,7 +329,7 @@ class Emitter:
         if isinstance(s, sx.Decl):
             self.emit_decl(s, None)
             return
-        self.put(s.a, self.render(s.a, s.b, None))
+        self.put_tokens(s.a, s.b, None)
 
     def emit_return_all(self, s: sx.Return) -> None:
         """A return every active lane takes (the context is uniform: no masked structure encloses it)."""
@@ -383,7 +396,7 @@ class Emitter:
     def lane_stmt(self, s) -> None:
         """Statement s inside a region's lane loop (lane `__l`)."""
         if isinstance(s, sx.ExprStmt):
-            self.put(s.a, self.render(s.a, s.b, "__l"))
+            self.put_tokens(s.a, s.b, "__l")
         elif isinstance(s, sx.Decl):
             self.emit_decl(s, "__l")
         elif isinstance(s, sx.Return):
@@ -433,10 +446,8 @@ class Emitter:
             self.loops.append(("L", None, True))
             self.lane_branch(s.body)
             self.loops.pop()
-        elif isinstance(s, sx.Case):
-            self.put(s.a, self.render(s.a, s.b, "__l"))
-        elif isinstance(s, sx.Other):
-            self.put(s.a, self.render(s.a, s.b, "__l"))
+        elif isinstance(s, (sx.Case, sx.Other)):
+            self.put_tokens(s.a, s.b, "__l")
         else:
             raise Unsupported(s.a, "this statement")
 
@@ -455,7 +466,7 @@ class Emitter:
         """A declaration: plain C++ for plain locals, an initialisation for lane `lane` of per-lane ones
         (those are declared before the region)."""
         if not any(dc.var.lanes for dc in d.declarators):
-            self.put(d.a, self.render(d.a, d.b, lane))
+            self.put_tokens(d.a, d.b, lane)
             return
         if lane is None:
             raise Unsupported(d.a, "a per-lane local declared where every lane must agree")
@@ -558,20 +569,47 @@ class Emitter:
             plain = f"{callee}({', '.join(args)})"
             siteful = f"{callee}({', '.join(args + ['__s'])})"
             d = f"decltype({callee0}({', '.join(args0)}))"
-            accs = []
-            f = getattr(h, "callee", None)
-            if isinstance(f, sx.Member):
-                obj = self.expr(f.obj, "__l")
-                accs.append(f"[&](unsigned __l) -> decltype(auto) {{ return ({'*' if f.arrow else ''}({obj})); }}")
-            elif isinstance(f, sx.Name) and f.last in self.fn.member_toks:
-                accs.append("[&](unsigned __l) -> decltype(auto) { return (*__this[__l]); }")
-            accs += [f"[&](unsigned __l) -> decltype(auto) {{ return ({a}); }}" for a in args]
-            tagged = f"[&](auto __t) {{ decltype(__t)::type::call(__f, __m, &{res}{''.join(', ' + x for x in accs)}); }}"
+            twin = self.twin(h, res, args)
             code.append(f"mk::simt::ret_lanes_t<{d}> {res}; (void){res}; mk::simt::invoke<{d}>(__f, __m, &{res}, "
                         f"[&](unsigned __l, auto __s) -> decltype({siteful}) {{ return {siteful}; }}, "
-                        f"[&](unsigned __l) -> decltype(auto) {{ return {plain}; }}, {tagged});")
+                        f"[&](unsigned __l) -> decltype(auto) {{ return {plain}; }}, {twin});")
             self.subst[h.a] = (h.b, lambda lane, r=res: f"{r}[{lane}]")
         return " ".join(code)
+
+    def twin(self, h, res: str, args: list[str]) -> str:
+        """The lambda calling the SIMT twin of the user function h calls (mk::simt::no_twin{} if none can)."""
+        f = getattr(h, "callee", None)
+        if f is None:
+            return "mk::simt::no_twin{}"
+        name = self.fn.callee_name(h)
+        if name not in self.fn.sync_names:
+            return "mk::simt::no_twin{}"
+        dep = "mk::simt::dep<decltype(__t)>"
+        accs = []
+        if isinstance(f, sx.Member):
+            obj = self.expr(f.obj, "__l")
+            obj0 = self.expr(f.obj, "0")
+            targs = self.render(f.name + 1, f.b, "0") if f.b > f.name else ""
+            callee0 = f"{dep}({obj0}){'->' if f.arrow else '.'}__mk_simt_{name}{targs}"
+            accs.append(f"[&](unsigned __l) -> decltype(auto) {{ return ({'*' if f.arrow else ''}({obj})); }}")
+        elif isinstance(f, sx.Name) and f.last in self.fn.member_toks:
+            targs = self.render(f.last + 1, f.b, "0") if f.b > f.last else ""
+            callee0 = f"{dep}(__this[0])->__mk_simt_{name}{targs}"
+            accs.append("[&](unsigned __l) -> decltype(auto) { return (*__this[__l]); }")
+        elif isinstance(f, sx.Name):
+            head = self.render(f.a, f.last - 1, "0") if f.last > f.a else ""
+            targs = self.render(f.last + 1, f.b, "0") if f.b > f.last else ""
+            callee0 = f"{head}__mk_simt_{name}{targs}"
+        else:
+            return "mk::simt::no_twin{}"
+        accs += [f"[&](unsigned __l) -> decltype(auto) {{ return ({a}); }}" for a in args]
+        args0 = [f"{dep}({self.expr(a, '0')})" for a in h.args]
+        if not args0 and not isinstance(f, sx.Member) and f.last not in self.fn.member_toks:
+            call0 = f"{dep}({callee0})()"
+        else:
+            call0 = f"{callee0}({', '.join(args0)})"
+        return (f"[&](auto __t) -> decltype((void)({call0})) {{ decltype({call0})::type::call(__f, __m, &{res}"
+                f"{''.join(', ' + x for x in accs)}); }}")
 
     def emit_barrier(self, p: Piece, ctx_v: bool) -> None:
         s = p.stmts[0]
@@ -628,6 +666,9 @@ class Emitter:
     def emit_masked(self, p: Piece, ctx_v: bool) -> None:
         s = p.stmts[0]
         k = self.new()
+        if isinstance(s, sx.Switch):
+            self.emit_masked_switch(p, k)
+            return
         if isinstance(s, sx.If):
             self.put(s.a, f"{{ {self.mask_of(s.cond, f'__c{k}')} const unsigned __s{k} = __m; "
                           f"__m = __s{k} & __c{k}; if (__m) {{")
@@ -667,6 +708,35 @@ class Emitter:
                 del self.subst[h.a]
         self.put(s.b, f"}} __m |= __lc{k}; {inc} }} __m = __lx{k}; }}")
 
+    def emit_masked_switch(self, p: Piece, k: int) -> None:
+        """A switch on a per-lane value: no lane runs until its case label; lanes join at their label
+        (the others fall through), a break leaves for the end."""
+        s = p.stmts[0]
+        inf = self.info(s.cond)
+        pre = self.hoist(inf.hoists) if inf.hoists else ""
+        cond = self.expr(s.cond, "__l")
+        cond0 = self.expr(s.cond, "0")
+        for h in inf.hoists:
+            del self.subst[h.a]
+        cases = [q.stmts[0] for q in p.bodies[0] if isinstance(q.stmts[0], sx.Case)]
+        each = f"for (unsigned __l = 0; __l < 32u; ++__l) if (__s{k} >> __l & 1u)"
+        matched = " || ".join(f"__v{k}[__l] == ({self.expr(c.value, '__l')})" for c in cases if c.value is not None)
+        self.put(s.a, f"{{ {pre} const unsigned __s{k} = __m; unsigned __lx{k} = 0u; "
+                      f"mk::lanes<mk::simt::auto_t<decltype(({cond0}))>> __v{k}; {LANES} __v{k}.set(__l, {cond}); "
+                      f"unsigned __d{k} = 0u; {each} {{ if (!({matched or 'false'})) __d{k} |= 1u << __l; }} __m = 0u;")
+        self.loops.append(("M", k, True))
+        for q in p.bodies[0]:
+            c = q.stmts[0]
+            if isinstance(c, sx.Case):
+                if c.value is None:
+                    self.put(c.a, f"__m |= __d{k};")
+                else:
+                    self.put(c.a, f"{each} {{ if (__v{k}[__l] == ({self.expr(c.value, '__l')})) __m |= 1u << __l; }}")
+                continue
+            self.emit_piece(q, True)
+        self.loops.pop()
+        self.put(s.b, f"__m |= __lx{k}; }}")
+
     # ---------------------------------------------------------------- entry
     def sort_and_place(self) -> None:
         """Decides the pieces and the storage of every local (raises Unsupported early)."""
@@ -676,11 +746,19 @@ class Emitter:
     def emit_pieces(self) -> None:
         self.emit_list(self.pieces, False)
 
+    def text(self) -> str:
+        """The emitted code as one string (in token order)."""
+        return " ".join(t for i in sorted(self.frags) for t in self.frags[i])
+
     def apply(self, a: int, b: int) -> None:
-        """Replaces tokens [a, b] by the emitted code."""
+        """Replaces tokens [a, b] by the emitted code. Loop hints in between go: the loops they
+        annotated may now be elsewhere (they only tune speed)."""
         for i in range(a, b + 1):
             self.src.out[i] = " ".join(self.frags.get(i, []))
             self.src.after.pop(i, None)
+        for ln in range(self.toks[a].line, self.toks[b].line):
+            if self.src.lines[ln].lstrip().startswith("#pragma"):
+                self.src.line_out[ln] = ""
 
 
 def _stmts(s) -> list:
