@@ -1,25 +1,42 @@
-"""Every Objective-C message the Metal backend sends names a real Metal or Foundation selector.
+"""The Metal backend names only real Metal and Foundation APIs, none too new for it.
 
-src/metal cannot be compiled off a Mac, so this lint is what checks, on every
-platform, that no selector or class name there is misspelt or invented. Each
-message send ``[receiver sel:arg sel2:arg]`` (nested ones too), each dot-syntax
-property of an Objective-C object (``options.mathMode = ...`` is the setter
-``setMathMode:``) and each class that receives a message is looked up in
-Apple's lists (tests/data/metal-api, names from metal-cpp) plus the few
+src/metal can only be compiled on a Mac or against a macOS SDK
+(scripts/check_macos_sdk.sh), so this lint is what checks it on every
+platform, in two parts.
+
+Selectors: each message send ``[receiver sel:arg sel2:arg]`` (nested ones too),
+each dot-syntax property of an Objective-C object (``options.mathMode = ...`` is
+the setter ``setMathMode:``) and each class that receives a message is looked
+up in Apple's lists (tests/data/metal-api, names from metal-cpp) plus the few
 Foundation selectors those lists lack (foundation-extra-selectors.txt, each
-checked against Apple's documentation).
+checked against Apple's documentation). Which names are Objective-C objects is
+read from declarations (``id<MTLDevice> device``, ``NSString* name``,
+``MTLAutoreleased... x``); a C++ member access (``spec.name``) is not a property
+unless it follows one.
 
-Which names are Objective-C objects is read from declarations
-(``id<MTLDevice> device``, ``NSString* name``, ``MTLAutoreleased... x``); a
-C++ member access (``spec.name``) is not a property unless it follows one.
+Availability: each MTL*/NS* identifier (type, protocol, class, function, enum
+constant) must be in availability.txt (generated from the macOS 14.2 SDK's
+headers by scripts/metal_availability.py) or availability-newer-sdks.txt. One
+that the oldest SDK the backend builds with (metal_internal.h) lacks must sit
+in an ``#if __MAC_OS_X_VERSION_MAX_ALLOWED >= ...`` block; one newer than the
+deployment target (pyproject.toml) in the body of an
+``if (@available(macOS N, *))`` / ``__builtin_available`` or of a function
+marked ``API_AVAILABLE(macos(N))``, or be a ``case`` label (clang exempts those
+too). Names made by token pasting in a macro are not seen.
 """
 from __future__ import annotations
 
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pytest brings tomli to older Pythons
+    import tomli as tomllib
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data" / "metal-api"
@@ -243,3 +260,214 @@ def test_lint_reads_sends_properties_and_classes():
 def test_lint_catches_fake_selectors_and_classes():
     bad = {(u.kind, u.name) for u in unknown(uses_in(SAMPLE))}
     assert bad == {("setter", "fastMathEnabld"), ("send", "newBufferWithLenght:options:"), ("class", "MTLFakeThing")}
+
+
+# ---- Availability ----------------------------------------------------------
+
+Version = tuple  # (major, minor[, patch])
+_API_NAME = re.compile(r"(?:MTL|NS)[A-Z]\w*")
+_SDK_IF = re.compile(r"\s*\(?\s*__MAC_OS_X_VERSION_MAX_ALLOWED\s*>=\s*(\d+)\s*\)?\s*")
+
+
+def _version(text: str) -> Version:
+    return tuple(int(part) for part in text.split("."))
+
+
+def _sdk_macro_version(n: int) -> Version:
+    """140200 -> (14, 2), as __MAC_OS_X_VERSION_MAX_ALLOWED spells versions."""
+    return (n // 10000, n // 100 % 100)
+
+
+def _dotted(v: Version) -> str:
+    return ".".join(map(str, v))
+
+
+@dataclass
+class Availability:
+    macos: Version | None  # the macOS that introduced it; None: no annotation
+    sdk: Version            # the first SDK that declares it
+    unavailable: bool = False
+
+
+def _availability() -> dict[str, Availability]:
+    out = {}
+    for f in ("availability.txt", "availability-newer-sdks.txt"):
+        for line in (DATA / f).read_text().splitlines():
+            fields = line.split("#", 1)[0].split()
+            if not fields:
+                continue
+            name, macos, *rest = fields
+            assert name not in out, f"{name} is listed twice in tests/data/metal-api"
+            unavailable = macos == "unavailable"
+            version = None if macos in ("-", "unavailable") else _version(macos)
+            sdk = next((_version(r[4:]) for r in rest if r.startswith("sdk=")), version or (0,))
+            out[name] = Availability(version, sdk, unavailable)
+    return out
+
+
+def _deployment_target() -> Version:
+    settings = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    return _version(settings["tool"]["scikit-build"]["cmake"]["define"]["CMAKE_OSX_DEPLOYMENT_TARGET"])
+
+
+def _oldest_sdk() -> Version:
+    m = re.search(r"#if __MAC_OS_X_VERSION_MAX_ALLOWED < (\d+)\s*\n#error", (METAL_SOURCES / "metal_internal.h").read_text())
+    assert m, "metal_internal.h no longer states the oldest SDK the backend builds with"
+    return _sdk_macro_version(int(m.group(1)))
+
+
+AVAILABILITY = _availability()
+DEPLOYMENT_TARGET = _deployment_target()
+OLDEST_SDK = _oldest_sdk()
+
+
+def sdk_guards(text: str) -> list[tuple[int, int, Version]]:
+    """Line ranges (first, last) inside ``#if __MAC_OS_X_VERSION_MAX_ALLOWED >= N`` blocks, with N."""
+    out, stack = [], []  # stack: [version or None, first line of the branch]
+    lines = _COMMENT.sub(lambda m: re.sub(r"[^\n]", " ", m.group()), text).splitlines()
+    for n, line in enumerate(lines, 1):
+        m = re.match(r"\s*#\s*(if|ifdef|ifndef|elif|else|endif)\b(.*)", line)
+        if not m:
+            continue
+        directive, condition = m.groups()
+        if directive in ("elif", "else", "endif") and stack:
+            version, first = stack.pop()
+            if version:
+                out.append((first, n - 1, version))
+        if directive in ("if", "elif"):
+            sdk = _SDK_IF.fullmatch(condition)
+            stack.append([_sdk_macro_version(int(sdk.group(1))) if sdk else None, n + 1])
+        elif directive in ("ifdef", "ifndef", "else"):
+            stack.append([None, n + 1])
+    return out
+
+
+def _statement_end(toks: list[Tok], i: int) -> int:
+    """Index of the last token of the statement starting at i (a block, or up to its ';')."""
+    if toks[i].text == "{":
+        return _close(toks, i)
+    while toks[i].text != ";":
+        i = _close(toks, i) if toks[i].text in "([{" else i
+        i += 1
+    return i
+
+
+def runtime_guards(toks: list[Tok]) -> list[tuple[int, int, Version]]:
+    """Token ranges that run only on a macOS of at least some version, with that version:
+    the body of ``if (@available(macOS N, *))`` and of a function marked API_AVAILABLE(macos(N))."""
+    out = []
+    for i, t in enumerate(toks):
+        if t.text in ("@available", "__builtin_available") and toks[i - 1].text == "(" and toks[i - 2].text == "if":
+            args = toks[i + 2:_close(toks, i + 1)]
+            versions = [args[k + 1].text for k in range(len(args) - 1) if args[k].text in ("macOS", "macos")]
+            if versions:
+                body = _close(toks, i - 1) + 1
+                out.append((body, _statement_end(toks, body), _version(versions[0])))
+        elif t.text == "API_AVAILABLE" and toks[i + 1].text == "(":
+            args = toks[i + 2:_close(toks, i + 1)]
+            versions = [args[k + 2].text for k in range(len(args) - 2) if args[k].text == "macos"]
+            if not versions:
+                continue
+            first = i
+            while first > 0 and toks[first - 1].text not in (";", "{", "}"):
+                first -= 1
+            last = _close(toks, i + 1) + 1
+            while toks[last].text not in ("{", ";"):
+                last = _close(toks, last) + 1 if toks[last].text in "([" else last + 1
+            out.append((first, _statement_end(toks, last), _version(versions[0])))
+    return out
+
+
+@dataclass
+class NameUse:
+    name: str
+    line: int
+    problem: str  # "" when the use is fine
+
+
+def availability_uses(text: str) -> list[NameUse]:
+    """Every MTL*/NS* identifier in Objective-C++ source, with what is wrong with its use, if anything."""
+    toks = tokenize(text)
+    os_ranges, sdk_ranges = runtime_guards(toks), sdk_guards(text)
+    out = []
+    for i, t in enumerate(toks):
+        if t.kind != "id" or not _API_NAME.fullmatch(t.text) or (i and toks[i - 1].text in (".", "->", "::")):
+            continue
+        a = AVAILABILITY.get(t.text)
+        problem = ""
+        if a is None:
+            problem = ("not in tests/data/metal-api/availability*.txt: add it with the macOS that introduced it "
+                       "(scripts/metal_availability.py SDK_DIR, or by hand for a newer SDK's names)")
+        elif a.unavailable:
+            problem = "unavailable on macOS"
+        elif a.sdk > OLDEST_SDK and not any(lo <= t.line <= hi and v >= a.sdk for lo, hi, v in sdk_ranges):
+            problem = (f"declared only from the macOS {_dotted(a.sdk)} SDK, and the backend builds with the "
+                       f"{_dotted(OLDEST_SDK)} SDK: use it inside #if __MAC_OS_X_VERSION_MAX_ALLOWED >= "
+                       f"{a.sdk[0] * 10000 + a.sdk[1] * 100}")
+        elif (a.macos and a.macos > DEPLOYMENT_TARGET and toks[i - 1].text != "case"
+              and not any(lo <= i <= hi and v >= a.macos for lo, hi, v in os_ranges)):
+            problem = (f"introduced in macOS {_dotted(a.macos)}, after the deployment target "
+                       f"{_dotted(DEPLOYMENT_TARGET)}: use it inside if (@available(macOS {_dotted(a.macos)}, *)) "
+                       f"or a function marked API_AVAILABLE(macos({_dotted(a.macos)}))")
+        out.append(NameUse(t.text, t.line, problem))
+    return out
+
+
+@pytest.mark.parametrize("path", _metal_files(), ids=lambda p: p.name)
+def test_every_name_is_known_and_guarded(path: Path):
+    bad = [u for u in availability_uses(path.read_text()) if u.problem]
+    assert not bad, "\n".join(f"  {path.name}:{u.line}: {u.name}: {u.problem}" for u in bad)
+
+
+def test_the_backend_guards_its_newer_names():
+    """The lint sees the names the backend has to guard (one that saw none would pass anything)."""
+    names = {u.name for p in _metal_files() for u in availability_uses(p.read_text())}
+    newer_sdk = {n for n in names if AVAILABILITY[n].sdk > OLDEST_SDK}
+    newer_os = {n for n in names if (AVAILABILITY[n].macos or (0,)) > DEPLOYMENT_TARGET}
+    assert {"MTLPipelineOptionBindingInfo", "MTLMathModeFast", "MTLMathModeSafe"} <= newer_sdk
+    assert {"MTLBinding", "MTLBufferBinding", "MTLLanguageVersion3_1"} <= newer_os
+    assert (10, 9) < DEPLOYMENT_TARGET <= OLDEST_SDK
+
+
+PLANTED = """
+static id<MTLComputePipelineState> build(id<MTLDevice> device, id<MTLFunction> f, MTLDataType t) {
+  MTLAutoreleasedComputePipelineReflection reflection = nil;
+  bool wide = t == MTLDataTypeBFloat;
+  switch (t) { case MTLDataTypeBFloat2: wide = true; break; default: break; }
+  if (@available(macOS 13.0, *)) wide = t == MTLDataTypeBFloat3;
+  if (@available(macOS 14.0, *)) {
+    wide = t == MTLDataTypeBFloat4;
+  } else {
+    wide = t == MTLDataTypeBFloat;
+  }
+  return [device newComputePipelineStateWithFunction:f
+                                             options:MTLPipelineOptionBindingInfo | MTLPipelineOptionBufferTypeInfo
+                                          reflection:&reflection
+                                               error:nil];
+}
+#if __MAC_OS_X_VERSION_MAX_ALLOWED >= 150000
+constexpr MTLPipelineOption kNew = MTLPipelineOptionBindingInfo;
+#else
+constexpr MTLPipelineOption kNew = MTLPipelineOptionBindingInfo;
+#endif
+#if __MAC_OS_X_VERSION_MAX_ALLOWED >= 140000
+constexpr MTLPipelineOption kTooOld = MTLPipelineOptionBindingInfo;
+#endif
+static bool bfloat(MTLDataType t) API_AVAILABLE(macos(14.0)) { return t == MTLDataTypeBFloat; }
+static const char* spelt(MTLBindingType t) { return t == MTLBindingTypeTextur ? "texture" : "other"; }
+"""
+
+
+def test_lint_catches_unguarded_newer_names():
+    """A name only newer SDKs declare, or only newer macOS has, is caught unless guarded."""
+    bad = {(u.line, u.name, u.problem.split(":")[0].split(",")[0]) for u in availability_uses(PLANTED) if u.problem}
+    assert bad == {
+        (4, "MTLDataTypeBFloat", "introduced in macOS 14.0"),       # unguarded
+        (6, "MTLDataTypeBFloat3", "introduced in macOS 14.0"),      # guarded by too old a version
+        (10, "MTLDataTypeBFloat", "introduced in macOS 14.0"),      # the else branch
+        (13, "MTLPipelineOptionBindingInfo", "declared only from the macOS 15.0 SDK"),  # the bug, planted
+        (20, "MTLPipelineOptionBindingInfo", "declared only from the macOS 15.0 SDK"),  # the #else branch
+        (23, "MTLPipelineOptionBindingInfo", "declared only from the macOS 15.0 SDK"),  # too old an SDK
+        (26, "MTLBindingType", "introduced in macOS 11.0"),         # a function without API_AVAILABLE
+        (26, "MTLBindingTypeTextur", "not in tests/data/metal-api/availability*.txt"),  # misspelt
+    }

@@ -6,10 +6,14 @@
 
 namespace mk {
 
+// Assembly symbols ignore -fvisibility=hidden: MK_HIDE keeps them out of the
+// module's exports (.private_extern on Mach-O, .hidden on ELF).
 #if defined(__APPLE__)
 #define MK_SYM(x) "_" #x
+#define MK_HIDE(x) ".private_extern " MK_SYM(x)
 #else
 #define MK_SYM(x) #x
+#define MK_HIDE(x) ".hidden " MK_SYM(x)
 #endif
 
 #ifndef MK_FIBER_UCONTEXT
@@ -22,6 +26,7 @@ extern "C" void mk_fiber_trampoline();
 asm(R"(
 .text
 .globl )" MK_SYM(mk_fiber_switch_asm) R"(
+)" MK_HIDE(mk_fiber_switch_asm) R"(
 )" MK_SYM(mk_fiber_switch_asm) R"(:
   pushq %rbp
   pushq %rbx
@@ -39,6 +44,7 @@ asm(R"(
   popq %rbp
   ret
 .globl )" MK_SYM(mk_fiber_trampoline) R"(
+)" MK_HIDE(mk_fiber_trampoline) R"(
 )" MK_SYM(mk_fiber_trampoline) R"(:
   movq %r13, %rdi
   callq *%r12
@@ -49,6 +55,7 @@ asm(R"(
 asm(R"(
 .text
 .globl )" MK_SYM(mk_fiber_switch_asm) R"(
+)" MK_HIDE(mk_fiber_switch_asm) R"(
 .p2align 2
 )" MK_SYM(mk_fiber_switch_asm) R"(:
   sub sp, sp, #160
@@ -78,6 +85,7 @@ asm(R"(
   add sp, sp, #160
   ret
 .globl )" MK_SYM(mk_fiber_trampoline) R"(
+)" MK_HIDE(mk_fiber_trampoline) R"(
 .p2align 2
 )" MK_SYM(mk_fiber_trampoline) R"(:
   mov x0, x20

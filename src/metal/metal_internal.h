@@ -1,5 +1,6 @@
 // Objective-C++ shared by the Metal backend's .mm files (never included from
-// .cpp). Builds with the macOS 14 SDK (Xcode 15) or later; runs on macOS 11+.
+// .cpp). Builds with the macOS 14 SDK (Xcode 15) or later; runs on macOS 10.15+
+// (the deployment target in pyproject.toml): newer APIs are behind @available.
 #pragma once
 #import <Foundation/Foundation.h>
 #import <Metal/Metal.h>

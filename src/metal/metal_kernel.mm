@@ -1,10 +1,11 @@
 // A kernel's compute pipeline, and its KernelSpec from pipeline reflection
 // (core/reflection.h turns the reflected bindings into ArgSpecs).
 // Metal APIs: newComputePipelineStateWithFunction:options:reflection:error:
-// with MTLPipelineOptionBindingInfo; reflection.bindings and MTLBinding /
-// MTLBufferBinding / MTLThreadgroupBinding (macOS 13), reflection.arguments and
-// MTLArgument before macOS 13; maxTotalThreadsPerThreadgroup,
-// staticThreadgroupMemoryLength (macOS 10.13); MTLDataTypeBFloat (macOS 14 SDK).
+// with MTLPipelineOptionBindingInfo (MTLPipelineOptionArgumentInfo before the
+// macOS 15 SDK); reflection.bindings and MTLBinding / MTLBufferBinding /
+// MTLThreadgroupBinding (macOS 13), reflection.arguments and MTLArgument before
+// macOS 13; maxTotalThreadsPerThreadgroup, staticThreadgroupMemoryLength (macOS
+// 10.13); MTLDataTypeBFloat (macOS 14).
 #include "../core/errors.h"
 #include "metal_internal.h"
 
@@ -36,13 +37,14 @@ void element_type(MTLDataType type, int* mk_type, int* vec_width) {
 
 namespace {
 
-const char* binding_kind(MTLBindingType type) {
-  switch (type) {
-    case MTLBindingTypeTexture: return "texture";
-    case MTLBindingTypeSampler: return "sampler";
-    default: return "non-buffer";
-  }
-}
+// One request serves both reflections. The macOS 15 SDK renamed
+// MTLPipelineOptionArgumentInfo (deprecated from macOS 13) to
+// MTLPipelineOptionBindingInfo, keeping its bit; older SDKs have only the old name.
+#if __MAC_OS_X_VERSION_MAX_ALLOWED >= 150000
+constexpr MTLPipelineOption kReflectBindings = MTLPipelineOptionBindingInfo;
+#else
+constexpr MTLPipelineOption kReflectBindings = MTLPipelineOptionArgumentInfo;
+#endif
 
 std::vector<ReflectedBinding> from_bindings(NSArray<id<MTLBinding>>* bindings) API_AVAILABLE(macos(13.0)) {
   std::vector<ReflectedBinding> out;
@@ -64,16 +66,17 @@ std::vector<ReflectedBinding> from_bindings(NSArray<id<MTLBinding>>* bindings) A
       r.writable = true;
     } else {
       r.type = ReflectedBinding::Type::Other;
-      r.other = binding_kind(binding.type);
+      r.other = binding.type == MTLBindingTypeTexture   ? "texture"
+                : binding.type == MTLBindingTypeSampler ? "sampler" : "non-buffer";
     }
     out.push_back(std::move(r));
   }
   return out;
 }
 
-// The same from the argument reflection macOS 11 and 12 have (deprecated since 13).
-#pragma clang diagnostic push
-#pragma clang diagnostic ignored "-Wdeprecated-declarations"
+// The same from argument reflection, for macOS before 13. Apple deprecated it in
+// macOS 13, so the compiler warns here only once the deployment target reaches
+// 13: then this function and its @available branch below can go.
 std::vector<ReflectedBinding> from_arguments(NSArray<MTLArgument*>* arguments) {
   std::vector<ReflectedBinding> out;
   for (MTLArgument* argument in arguments) {
@@ -99,7 +102,6 @@ std::vector<ReflectedBinding> from_arguments(NSArray<MTLArgument*>* arguments) {
   }
   return out;
 }
-#pragma clang diagnostic pop
 
 }  // namespace
 
@@ -116,9 +118,8 @@ std::shared_ptr<KernelImpl> make_metal_kernel(MetalDevice& dev, id<MTLFunction> 
   @autoreleasepool {
     NSError* failure = nil;
     MTLAutoreleasedComputePipelineReflection reflection = nil;
-    // BindingInfo has the value ArgumentInfo had, so one request serves both reflections.
     pipeline = [dev.device newComputePipelineStateWithFunction:function
-                                                       options:MTLPipelineOptionBindingInfo
+                                                       options:kReflectBindings
                                                     reflection:&reflection
                                                          error:&failure];
     if (!pipeline) {

@@ -1,0 +1,135 @@
+"""Writes the macOS availability of the Metal and Foundation names src/metal uses.
+
+    python scripts/metal_availability.py SDK_DIR > tests/data/metal-api/availability.txt
+
+clang (the ziglang wheel's) parses the SDK's Metal.h and Foundation.h and
+dumps the declarations; each name's version is the macOS its API_AVAILABLE
+annotation gives, an enum constant without one taking its enum's. The names
+are every MTL*/NS* identifier in src/metal and every constant of the enums
+among them, so the selector lint knows the neighbours of what the backend
+uses. A name the SDK lacks is reported on stderr: it belongs in
+availability-newer-sdks.txt, by hand, from a newer SDK or Apple's documentation.
+"""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+_NAME = re.compile(r"\b(?:MTL|NS)[A-Z]\w*")
+_COMMENT_OR_STRING = re.compile(r'//[^\n]*|/\*.*?\*/|@?"(?:\\.|[^"\\\n])*"', re.S)
+# "AvailabilityAttr 0x... <range> [Inherited] macos 10.11 13.0 0 [Unavailable] ..."
+_AVAILABILITY = re.compile(r"AvailabilityAttr 0x\w+ <[^>]*> (?:Inherited )?macos ([\d.]+) [\d.]+ [\d.]+( Unavailable)?")
+_CONSTANT = re.compile(r"EnumConstantDecl 0x\w+ .* (\w+) '[^']*'(?::'[^']*')?$")
+
+
+def names_used() -> set[str]:
+    out = set()
+    for path in sorted((ROOT / "src" / "metal").iterdir()):
+        if path.suffix in (".mm", ".h"):
+            out |= set(_NAME.findall(_COMMENT_OR_STRING.sub(" ", path.read_text())))
+    return out
+
+
+def ast_dump(zig: Path, sysroot: str, name_filter: str) -> str:
+    """clang's AST dump of the declarations whose name contains name_filter."""
+    source = "#import <Foundation/Foundation.h>\n#import <Metal/Metal.h>\n"
+    cmd = [str(zig), "clang", "-target", "arm64-apple-macos11.0", "-isysroot", sysroot,
+           "-resource-dir", str(zig.parent / "lib"), "-x", "objective-c++", "-fobjc-arc", "-fsyntax-only",
+           "-Xclang", "-ast-dump", "-Xclang", "-ast-dump-filter", "-Xclang", name_filter, "-"]
+    run = subprocess.run(cmd, input=source, capture_output=True, text=True)
+    if run.returncode:
+        sys.exit(f"clang failed on the SDK's headers:\n{run.stderr}")
+    return run.stdout
+
+
+def _depth(line: str) -> int:
+    """Tree depth of an AST dump line: 0 for the declaration, 1 for its children, ..."""
+    m = re.match(r"[| `]*?[|`]-", line)
+    return (m.end() // 2) if m else 0
+
+
+def parse(dump: str) -> tuple[dict[str, str], dict[str, list[str]]]:
+    """(name -> macOS version or "-" or "unavailable", enum -> its constants) from an AST dump."""
+    versions: dict[str, str] = {}
+    enums: dict[str, list[str]] = {}
+
+    def record(name: str, attrs: list[re.Match]) -> None:
+        for m in attrs:
+            versions[name] = "unavailable" if m.group(2) else m.group(1)
+        versions.setdefault(name, "-")
+
+    for block in dump.split("Dumping ")[1:]:
+        header, *lines = block.splitlines()
+        name, decl = header.rstrip(":"), lines[0].split(" ", 1)[0] if lines else ""
+        own = [m for line in lines if _depth(line) == 1 for m in [_AVAILABILITY.search(line)] if m]
+        if versions.get(name, "-") == "-":  # a forward declaration carries no annotation
+            record(name, own)
+        if decl != "EnumDecl":
+            continue
+        inherited = versions[name]
+        for i, line in enumerate(lines):
+            m = _CONSTANT.search(line) if _depth(line) == 1 else None
+            if not m:
+                continue
+            constant = m.group(1)
+            enums.setdefault(name, [])
+            if constant not in enums[name]:
+                enums[name].append(constant)
+            attrs = []
+            for child in lines[i + 1:]:
+                if _depth(child) <= 1:
+                    break
+                if _depth(child) == 2 and _AVAILABILITY.search(child):
+                    attrs.append(_AVAILABILITY.search(child))
+            record(constant, attrs)
+            if versions[constant] == "-":
+                versions[constant] = inherited
+    return versions, enums
+
+
+def sdk_version(zig: Path, sysroot: str) -> str:
+    source = "#include <Availability.h>\nMK_SDK __MAC_OS_X_VERSION_MAX_ALLOWED\n"
+    run = subprocess.run([str(zig), "clang", "-target", "arm64-apple-macos11.0", "-isysroot", sysroot,
+                          "-resource-dir", str(zig.parent / "lib"), "-E", "-P", "-x", "c", "-"],
+                         input=source, capture_output=True, text=True, check=True)
+    n = int(re.search(r"MK_SDK (\d+)", run.stdout).group(1))
+    return f"{n // 10000}.{n // 100 % 100}" + (f".{n % 100}" if n % 100 else "")
+
+
+def main() -> None:
+    if len(sys.argv) != 2:
+        sys.exit(__doc__)
+    import ziglang
+
+    zig = Path(ziglang.__file__).parent / ("zig.exe" if os.name == "nt" else "zig")
+    with tempfile.TemporaryDirectory() as scratch:
+        sysroot = subprocess.run([str(ROOT / "scripts" / "macos_sysroot.sh"), sys.argv[1], scratch],
+                                 capture_output=True, text=True, check=True).stdout.strip()
+        used = names_used()
+        versions, enums = parse(ast_dump(zig, sysroot, "MTL"))
+        for name in sorted(n for n in used if n.startswith("NS")):
+            found, _ = parse(ast_dump(zig, sysroot, name))
+            if name in found:
+                versions[name] = found[name]
+        version = sdk_version(zig, sysroot)
+
+    wanted = set(used)
+    for enum, constants in enums.items():
+        if enum in used or used & set(constants):
+            wanted |= {enum, *constants}
+    missing = sorted(n for n in wanted if n not in versions)
+    if missing:
+        print(f"not in this SDK (add them to availability-newer-sdks.txt): {' '.join(missing)}", file=sys.stderr)
+    print(f"# Generated by scripts/metal_availability.py from the macOS {version} SDK's headers.")
+    print("# name, and the macOS that introduced it (- : no availability annotation, as old as its framework)")
+    for name in sorted(n for n in wanted if n in versions and _NAME.fullmatch(n)):
+        print(f"{name} {versions[name]}")
+
+
+if __name__ == "__main__":
+    main()
