@@ -30,8 +30,9 @@ HERE = Path(__file__).resolve().parent
 N = 1 << 24          # elements of the reductions and of add_arrays
 GROUP = 256          # threads per threadgroup of the reductions
 MATMUL_N = 512
-SAMPLE_SECONDS = 0.05  # a sample repeats a call until it lasts this long, so short calls are timed too
+SAMPLE_SECONDS = 0.05  # a sample repeats a call for this long, so short calls are timed too
 SIDES = ("metalkit", "PoCL", "numpy")
+OpenCL = Union[CpuOpenCL, str]  # the device, or why there is none
 
 
 @dataclass
@@ -60,9 +61,10 @@ class Row:
     def add(self, side: str, run: Callable[[], object], check: Callable[[], None]) -> None:
         self._sides[side] = (run, check)
 
-    def add_metalkit(self, kernel: mk.Kernel, run: Callable[[], object], check: Callable[[], None]) -> None:
-        execution = getattr(kernel, "execution", None)  # which execution model runs the kernel
-        self.execution[kernel.name] = "not reported by this metalkit" if execution is None else str(execution)
+    def add_metalkit(self, kernel: mk.Kernel, run: Callable[[], object],
+                     check: Callable[[], None]) -> None:
+        model = getattr(kernel, "execution", None)  # which execution model runs the kernel
+        self.execution[kernel.name] = str(model) if model else "not reported by this metalkit"
         self.add("metalkit", run, check)
 
     def measure(self, reps: int) -> None:
@@ -123,8 +125,9 @@ def expect(got: np.ndarray, want: np.ndarray, rtol: float) -> Callable[[], None]
         bad = ~np.isclose(got, want, rtol=rtol, atol=0)
         if bad.any():
             i = np.flatnonzero(bad)[0]
-            raise AssertionError(f"wrong result: {bad.sum()} of {bad.size} values differ from numpy's, "
-                                 f"e.g. [{i}] = {float(got.flat[i])!r} instead of {float(want.flat[i])!r}")
+            raise AssertionError(f"wrong result: {bad.sum()} of {bad.size} values differ from "
+                                 f"numpy's, e.g. [{i}] = {float(got.flat[i])!r} instead of "
+                                 f"{float(want.flat[i])!r}")
     return check
 
 
@@ -135,7 +138,7 @@ def rng_floats(*shape: int, seed: int = 0) -> np.ndarray:
 
 # ---------------------------------------------------------------------------- the workloads
 
-def group_sums(lib: mk.Library, ocl: Union[CpuOpenCL, str], opts: argparse.Namespace, row: Row, kernel: str,
+def group_sums(lib: mk.Library, ocl: OpenCL, opts: argparse.Namespace, row: Row, kernel: str,
                group: int) -> Row:
     """A kernel that writes the sum of every `group` consecutive values of 2^24 floats, in
     threadgroups of GROUP; PoCL runs the kernel of the same name where workloads.cl has one."""
@@ -150,31 +153,32 @@ def group_sums(lib: mk.Library, ocl: Union[CpuOpenCL, str], opts: argparse.Names
                 expect(out["PoCL"], want, 1e-4))
     elif isinstance(ocl, CpuOpenCL):  # OpenCL C sums a sub-group only with cl_khr_subgroups
         row.cells["PoCL"] = "n/a"
-        row.notes.append("PoCL: n/a: " + ("workloads.cl has no sub_group_reduce_add kernel"
-                                          if ocl.has_extension("cl_khr_subgroups") else
-                                          "the device has no cl_khr_subgroups (sub_group_reduce_add)"))
+        if ocl.has_extension("cl_khr_subgroups"):
+            row.notes.append("PoCL: n/a: workloads.cl has no sub_group_reduce_add kernel")
+        else:
+            row.notes.append("PoCL: n/a: the device has no cl_khr_subgroups (sub_group_reduce_add)")
     row.add("numpy", lambda: x.reshape(-1, group).sum(axis=1, out=out["numpy"]),
             expect(out["numpy"], want, 1e-4))
     row.measure(opts.reps)
     return row
 
 
-def tree_reduction(lib: mk.Library, ocl: Union[CpuOpenCL, str], opts: argparse.Namespace) -> Row:
+def tree_reduction(lib: mk.Library, ocl: OpenCL, opts: argparse.Namespace) -> Row:
     row = Row("1", f"tree reduction 2^24 f32, groups of {GROUP}, 9 barriers")
     return group_sums(lib, ocl, opts, row, "tree_reduce", GROUP)
 
 
-def simd_partials(lib: mk.Library, ocl: Union[CpuOpenCL, str], opts: argparse.Namespace) -> Row:
+def simd_partials(lib: mk.Library, ocl: OpenCL, opts: argparse.Namespace) -> Row:
     row = Row("3a", "simd_sum per SIMD-group 2^24 f32, no barrier")
     return group_sums(lib, ocl, opts, row, "simd_partials", mk.device().simd_width)
 
 
-def simd_reduction(lib: mk.Library, ocl: Union[CpuOpenCL, str], opts: argparse.Namespace) -> Row:
+def simd_reduction(lib: mk.Library, ocl: OpenCL, opts: argparse.Namespace) -> Row:
     row = Row("3b", f"simd_sum two-level 2^24 f32, groups of {GROUP}, 1 barrier")
     return group_sums(lib, ocl, opts, row, "simd_reduce", GROUP)
 
 
-def tiled_matmul(lib: mk.Library, ocl: Union[CpuOpenCL, str], opts: argparse.Namespace) -> Row:
+def tiled_matmul(lib: mk.Library, ocl: OpenCL, opts: argparse.Namespace) -> Row:
     n = MATMUL_N
     row = Row("2", f"tiled matmul {n}x{n} f32, 16x16 tiles, 2 barriers a tile")
     a, b = rng_floats(n, n, seed=1), rng_floats(n, n, seed=2)
@@ -184,15 +188,15 @@ def tiled_matmul(lib: mk.Library, ocl: Union[CpuOpenCL, str], opts: argparse.Nam
     row.add_metalkit(k, lambda: k(a, b, c["metalkit"], n, grid=(n, n), threadgroup=(16, 16)),
                      expect(c["metalkit"], want, 1e-4))
     if isinstance(ocl, CpuOpenCL):
-        row.add("PoCL", ocl.launcher("matmul_tiled", (n, n), (16, 16), [a, b, c["PoCL"], np.uint32(n)],
-                                     [c["PoCL"]]),
+        row.add("PoCL", ocl.launcher("matmul_tiled", (n, n), (16, 16),
+                                     [a, b, c["PoCL"], np.uint32(n)], [c["PoCL"]]),
                 expect(c["PoCL"], want, 1e-4))
     row.add("numpy", lambda: np.matmul(a, b, out=c["numpy"]), expect(c["numpy"], want, 1e-4))
     row.measure(opts.reps)
     return row
 
 
-def add_arrays(lib: mk.Library, ocl: Union[CpuOpenCL, str], opts: argparse.Namespace) -> Row:
+def add_arrays(lib: mk.Library, ocl: OpenCL, opts: argparse.Namespace) -> Row:
     row = Row("4", "add_arrays 2^24 f32, no barrier")
     a, b = rng_floats(N, seed=1), rng_floats(N, seed=2)
     want = a.astype(np.float64) + b.astype(np.float64)
@@ -216,7 +220,7 @@ def rss() -> Optional[int]:
         return None
 
 
-def barrier_call(lib: mk.Library, ocl: Union[CpuOpenCL, str], opts: argparse.Namespace) -> Row:
+def barrier_call(lib: mk.Library, ocl: OpenCL, opts: argparse.Namespace) -> Row:
     row = Row("5", "reverse64: 1 group of 64, 1 barrier, per call")
     x = rng_floats(64)
     want = x[::-1].astype(np.float64)
@@ -242,14 +246,14 @@ def memory_over(run: Callable[[], None], calls: int) -> str:
     before = rss()
     t = time.perf_counter()
     repeat(run, calls)
-    dt = time.perf_counter() - t
+    each = seconds((time.perf_counter() - t) / calls)
     gc.collect()
     after = rss()
     if before is None or after is None:
-        return f"memory: not measured (no /proc/self/statm); {calls} calls took {seconds(dt / calls)} each"
+        return f"memory: not measured (no /proc/self/statm); {calls} calls took {each} each"
     return (f"memory: metalkit RSS {before / 2**20:.1f} MiB before {calls} calls of reverse64, "
             f"{after / 2**20:.1f} MiB after ({(after - before) / 2**20:+.2f} MiB, "
-            f"{(after - before) / calls:+.1f} bytes a call); those calls took {seconds(dt / calls)} each")
+            f"{(after - before) / calls:+.1f} bytes a call); those calls took {each} each")
 
 
 WORKLOADS = {  # name on the command line -> the rows it measures
@@ -267,7 +271,7 @@ def load() -> str:
     return "load average %.2f %.2f %.2f" % os.getloadavg() if hasattr(os, "getloadavg") else ""
 
 
-def header(ocl: Union[CpuOpenCL, str], reps: int) -> None:
+def header(ocl: OpenCL, reps: int) -> None:
     usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     print(f"cores: {os.cpu_count()} ({usable} usable by this process); {load()}")
     commit = subprocess.run(["git", "-C", str(HERE), "describe", "--always", "--dirty"],
@@ -323,7 +327,8 @@ def main() -> int:
     opts = p.parse_args()
     unknown = set(opts.workloads) - set(WORKLOADS)
     if unknown:
-        p.error(f"unknown workload {', '.join(sorted(unknown))}; choose from {', '.join(WORKLOADS)}")
+        p.error(f"unknown workload {', '.join(sorted(unknown))}; "
+                f"choose from {', '.join(WORKLOADS)}")
 
     ocl = open_device()
     header(ocl, opts.reps)

@@ -37,10 +37,10 @@ class CpuOpenCL:
     def has_extension(self, name: str) -> bool:
         return name in self.device.extensions.split()
 
-    def launcher(self, kernel: str, global_size: Sequence[int], local_size: Optional[Sequence[int]],
-                 args: Sequence[Union[np.ndarray, np.generic]],
+    def launcher(self, kernel: str, global_size: Sequence[int],
+                 local_size: Optional[Sequence[int]], args: Sequence[Union[np.ndarray, np.generic]],
                  outputs: Sequence[np.ndarray]) -> Callable[[], None]:
-        """A function that runs `kernel` on args (arrays and numpy scalars) and waits for outputs."""
+        """A function that runs `kernel` on args (arrays, numpy scalars) and waits for outputs."""
         return _Launch(self, kernel, global_size, local_size, args, outputs)
 
 
@@ -55,7 +55,7 @@ class _Launch:
         self.buffers = {id(a): cl.Buffer(dev.context, flags, hostbuf=a)
                         for a in args if isinstance(a, np.ndarray)}
         self.kernel = cl.Kernel(dev.program, kernel)
-        self.kernel.set_args(*[self.buffers[id(a)] if isinstance(a, np.ndarray) else a for a in args])
+        self.kernel.set_args(*[self.buffers.get(id(a), a) for a in args])
         self.sizes = tuple(global_size), None if local_size is None else tuple(local_size)
         self.outputs = [(self.buffers[id(o)], o) for o in outputs]
 
@@ -63,7 +63,8 @@ class _Launch:
         cl = self._cl
         cl.enqueue_nd_range_kernel(self.queue, self.kernel, *self.sizes)
         for buf, host in self.outputs:  # the OpenCL way to make results visible to the host
-            view, _ = cl.enqueue_map_buffer(self.queue, buf, cl.map_flags.READ, 0, host.shape, host.dtype)
+            view, _ = cl.enqueue_map_buffer(self.queue, buf, cl.map_flags.READ, 0, host.shape,
+                                            host.dtype)
             view.base.release(self.queue)
         self.queue.finish()
 
