@@ -1,5 +1,5 @@
-"""add_arrays against numpy (and PyOpenCL on a CPU OpenCL runtime, where one is
-installed), plus the per-call cost of a 1-thread kernel and of metalkit.run.
+"""add_arrays against numpy (and PoCL, the CPU OpenCL implementation, through pyopencl where
+it is installed), plus the per-call cost of a 1-thread kernel and of metalkit.run.
 
     python bench/bench_add.py            # 2^24 float32
 """
@@ -12,50 +12,22 @@ import numpy as np
 import metalkit as mk
 from metalkit._bench import measure, per_call
 
-OPENCL_SRC = """
-__kernel void add_arrays(__global const float* a, __global const float* b, __global float* out) {
-    size_t i = get_global_id(0); out[i] = a[i] + b[i];
-}
-__kernel void touch(__global float* x) { x[get_global_id(0)] += 1.0f; }
-"""
+from cpu_opencl import open_device
 
 
 def opencl(n: int) -> dict:
-    """The same work through PyOpenCL on a CPU OpenCL platform, or {"error": why not}."""
-    try:
-        import pyopencl as cl
-    except ImportError:
-        return {"error": "pyopencl is not installed (pip install .[bench])"}
-    try:
-        ctx = cl.Context(dev_type=cl.device_type.CPU)
-        prg = cl.Program(ctx, OPENCL_SRC).build()
-    except Exception as e:  # reported in the output: the comparison is then missing, not faked
-        lines = str(e).strip().splitlines()
-        why = next((ln for ln in lines if "error:" in ln), lines[-1] if lines else type(e).__name__)
-        return {"error": f"no usable CPU OpenCL runtime: {why.strip()}"}
-    q = cl.CommandQueue(ctx)
+    """The same work through PyOpenCL on a CPU OpenCL device, or {"error": why not}."""
+    dev = open_device()
+    if isinstance(dev, str):  # reported in the output: the comparison is then missing, not faked
+        return {"error": dev}
     rng = np.random.default_rng(0)
     a, b = rng.random(n, dtype=np.float32), rng.random(n, dtype=np.float32)
     out = np.empty_like(a)
-    mf = cl.mem_flags
-    da = cl.Buffer(ctx, mf.READ_ONLY | mf.USE_HOST_PTR, hostbuf=a)
-    db = cl.Buffer(ctx, mf.READ_ONLY | mf.USE_HOST_PTR, hostbuf=b)
-    do = cl.Buffer(ctx, mf.WRITE_ONLY | mf.USE_HOST_PTR, hostbuf=out)
-    add = prg.add_arrays
-    touch = prg.touch
     x = np.zeros(1, np.float32)
-    dx = cl.Buffer(ctx, mf.READ_WRITE | mf.USE_HOST_PTR, hostbuf=x)
-
-    def run_add():
-        add(q, (n,), None, da, db, do)
-        cl.enqueue_copy(q, out, do)  # results visible to the host, as metalkit's are
-
-    def run_touch():
-        touch(q, (1,), None, dx).wait()
-
-    res = {"add_arrays": per_call(run_add), "one_thread_call": per_call(run_touch),
-           "device": ctx.devices[0].name.strip()}
-    assert np.allclose(out, a + b)
+    res = {"add_arrays": per_call(dev.launcher("add_arrays", (n,), None, [a, b, out], [out])),
+           "one_thread_call": per_call(dev.launcher("touch", (1,), None, [x], [x])),
+           "device": dev.name}
+    assert np.array_equal(out, a + b)
     return res
 
 

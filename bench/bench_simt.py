@@ -1,0 +1,343 @@
+"""Kernels with barriers and SIMD-group functions, side by side in one process: metalkit,
+PoCL (the CPU OpenCL implementation, through pyopencl) and numpy, on the same work.
+
+    python bench/bench_simt.py                  # every workload
+    python bench/bench_simt.py reduce matmul    # some of them; --reps, --calls: see --help
+
+The kernels are in workloads.metal and workloads.cl beside this file. Every result is checked
+against numpy in float64 after the warm-up call and again after the timed calls.
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import math
+import os
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Optional, Union
+
+import numpy as np
+
+import metalkit as mk
+from cpu_opencl import CpuOpenCL, open_device
+
+HERE = Path(__file__).resolve().parent
+N = 1 << 24          # elements of the reductions and of add_arrays
+GROUP = 256          # threads per threadgroup of the reductions
+MATMUL_N = 512
+SAMPLE_SECONDS = 0.05  # a sample repeats a call for this long, so short calls are timed too
+SIDES = ("metalkit", "PoCL", "numpy")
+OpenCL = Union[CpuOpenCL, str]  # the device, or why there is none
+
+
+@dataclass
+class Timing:
+    """Seconds per call: the median sample and the spread of the samples."""
+    median: float
+    low: float
+    high: float
+
+    def __str__(self) -> str:
+        spread = (self.high - self.low) / 2 / self.median * 100
+        return f"{seconds(self.median)} ±{spread:.0f}%"
+
+
+class Row:
+    """One workload: its sides, timed in turns so that a change in the machine's load falls on
+    every side alike, and what was noted on the way."""
+
+    def __init__(self, key: str, label: str) -> None:
+        self.key, self.label = key, label
+        self.cells: dict[str, Union[Timing, str]] = {}   # side -> time, or why there is none
+        self.execution: dict[str, str] = {}              # metalkit kernel -> its execution model
+        self.notes: list[str] = []
+        self._sides: dict[str, tuple[Callable[[], object], Callable[[], None]]] = {}
+
+    def add(self, side: str, run: Callable[[], object], check: Callable[[], None]) -> None:
+        self._sides[side] = (run, check)
+
+    def add_metalkit(self, kernel: mk.Kernel, run: Callable[[], object],
+                     check: Callable[[], None]) -> None:
+        model = getattr(kernel, "execution", None)  # which execution model runs the kernel
+        self.execution[kernel.name] = str(model) if model else "not reported by this metalkit"
+        self.add("metalkit", run, check)
+
+    def measure(self, reps: int) -> None:
+        """Per side: a warm-up call (which also compiles), the check, then `reps` samples taken
+        in turns with the other sides, then the check again. A wrong result or a metalkit error
+        fills the side's cell instead of a time."""
+        calls, samples = {}, {}
+        for side, (run, check) in self._sides.items():
+            if self._try(side, run, check):
+                t = time.perf_counter()
+                run()
+                calls[side] = max(1, math.ceil(SAMPLE_SECONDS / (time.perf_counter() - t)))
+                samples[side] = []
+        for _ in range(reps):
+            for side in list(samples):
+                run, n = self._sides[side][0], calls[side]
+                t = time.perf_counter()
+                if self._try(side, lambda: repeat(run, n)):
+                    samples[side].append((time.perf_counter() - t) / n)
+                else:
+                    del samples[side]
+        for side, got in samples.items():
+            if self._try(side, self._sides[side][1]):
+                self.cells[side] = Timing(statistics.median(got), min(got), max(got))
+        self._sides.clear()  # frees the workload's arrays before the next row allocates its own
+
+    def _try(self, side: str, *steps: Callable[[], object]) -> bool:
+        try:
+            for step in steps:
+                step()
+            return True
+        except (AssertionError, mk.MetalkitError) as e:
+            self.cells[side] = "FAILED"
+            self.notes.append(f"{side}: {type(e).__name__}: {e}")
+            return False
+
+
+def repeat(run: Callable[[], object], n: int) -> None:
+    for _ in range(n):
+        run()
+
+
+def seconds(t: float) -> str:
+    scale, unit = (1.0, "s") if t >= 1 else (1e-3, "ms") if t >= 1e-3 else (1e-6, "us")
+    v = t / scale
+    return f"{v:.3g} {unit}" if v < 100 else f"{v:.0f} {unit}"
+
+
+def times(r: float) -> str:
+    return f"{r:.2f}x" if r < 10 else f"{r:.1f}x" if r < 100 else f"{r:.0f}x"
+
+
+def expect(got: np.ndarray, want: np.ndarray, rtol: float) -> Callable[[], None]:
+    """A check that `got` (filled with NaN until a run writes it) matches the float64 `want`."""
+    got.fill(np.nan)
+
+    def check() -> None:
+        bad = ~np.isclose(got, want, rtol=rtol, atol=0)
+        if bad.any():
+            i = np.flatnonzero(bad)[0]
+            raise AssertionError(f"wrong result: {bad.sum()} of {bad.size} values differ from "
+                                 f"numpy's, e.g. [{i}] = {float(got.flat[i])!r} instead of "
+                                 f"{float(want.flat[i])!r}")
+    return check
+
+
+def rng_floats(*shape: int, seed: int = 0) -> np.ndarray:
+    # Values in [0, 1): sums of positive terms have a relative error below terms * 2^-24.
+    return np.random.default_rng(seed).random(shape, dtype=np.float32)
+
+
+# ---------------------------------------------------------------------------- the workloads
+
+def group_sums(lib: mk.Library, ocl: OpenCL, opts: argparse.Namespace, row: Row, kernel: str,
+               group: int) -> Row:
+    """A kernel that writes the sum of every `group` consecutive values of 2^24 floats, in
+    threadgroups of GROUP; PoCL runs the kernel of the same name where workloads.cl has one."""
+    x = rng_floats(N)
+    want = x.astype(np.float64).reshape(-1, group).sum(axis=1)
+    out = {s: np.empty(N // group, np.float32) for s in SIDES}
+    k = lib[kernel]
+    row.add_metalkit(k, lambda: k(x, out["metalkit"], grid=N, threadgroup=GROUP),
+                     expect(out["metalkit"], want, 1e-4))
+    if isinstance(ocl, CpuOpenCL) and ocl.has_kernel(kernel):
+        row.add("PoCL", ocl.launcher(kernel, (N,), (GROUP,), [x, out["PoCL"]], [out["PoCL"]]),
+                expect(out["PoCL"], want, 1e-4))
+    elif isinstance(ocl, CpuOpenCL):  # OpenCL C sums a sub-group only with cl_khr_subgroups
+        row.cells["PoCL"] = "n/a"
+        if ocl.has_extension("cl_khr_subgroups"):
+            row.notes.append("PoCL: n/a: workloads.cl has no sub_group_reduce_add kernel")
+        else:
+            row.notes.append("PoCL: n/a: the device has no cl_khr_subgroups (sub_group_reduce_add)")
+    row.add("numpy", lambda: x.reshape(-1, group).sum(axis=1, out=out["numpy"]),
+            expect(out["numpy"], want, 1e-4))
+    row.measure(opts.reps)
+    return row
+
+
+def tree_reduction(lib: mk.Library, ocl: OpenCL, opts: argparse.Namespace) -> Row:
+    row = Row("1", f"tree reduction 2^24 f32, groups of {GROUP}, 9 barriers")
+    return group_sums(lib, ocl, opts, row, "tree_reduce", GROUP)
+
+
+def simd_partials(lib: mk.Library, ocl: OpenCL, opts: argparse.Namespace) -> Row:
+    row = Row("3a", "simd_sum per SIMD-group 2^24 f32, no barrier")
+    return group_sums(lib, ocl, opts, row, "simd_partials", mk.device().simd_width)
+
+
+def simd_reduction(lib: mk.Library, ocl: OpenCL, opts: argparse.Namespace) -> Row:
+    row = Row("3b", f"simd_sum two-level 2^24 f32, groups of {GROUP}, 1 barrier")
+    return group_sums(lib, ocl, opts, row, "simd_reduce", GROUP)
+
+
+def tiled_matmul(lib: mk.Library, ocl: OpenCL, opts: argparse.Namespace) -> Row:
+    n = MATMUL_N
+    row = Row("2", f"tiled matmul {n}x{n} f32, 16x16 tiles, 2 barriers a tile")
+    a, b = rng_floats(n, n, seed=1), rng_floats(n, n, seed=2)
+    want = a.astype(np.float64) @ b.astype(np.float64)
+    c = {s: np.empty((n, n), np.float32) for s in SIDES}
+    k = lib.matmul_tiled
+    row.add_metalkit(k, lambda: k(a, b, c["metalkit"], n, grid=(n, n), threadgroup=(16, 16)),
+                     expect(c["metalkit"], want, 1e-4))
+    if isinstance(ocl, CpuOpenCL):
+        row.add("PoCL", ocl.launcher("matmul_tiled", (n, n), (16, 16),
+                                     [a, b, c["PoCL"], np.uint32(n)], [c["PoCL"]]),
+                expect(c["PoCL"], want, 1e-4))
+    row.add("numpy", lambda: np.matmul(a, b, out=c["numpy"]), expect(c["numpy"], want, 1e-4))
+    row.measure(opts.reps)
+    return row
+
+
+def add_arrays(lib: mk.Library, ocl: OpenCL, opts: argparse.Namespace) -> Row:
+    row = Row("4", "add_arrays 2^24 f32, no barrier")
+    a, b = rng_floats(N, seed=1), rng_floats(N, seed=2)
+    want = a.astype(np.float64) + b.astype(np.float64)
+    out = {s: np.empty(N, np.float32) for s in SIDES}
+    k = mk.load(HERE.parent / "kernels" / "add_arrays.metal").add_arrays  # the bundled kernel
+    row.add_metalkit(k, lambda: k(a, b, out["metalkit"]), expect(out["metalkit"], want, 1e-7))
+    if isinstance(ocl, CpuOpenCL):
+        row.add("PoCL", ocl.launcher("add_arrays", (N,), None, [a, b, out["PoCL"]], [out["PoCL"]]),
+                expect(out["PoCL"], want, 1e-7))
+    row.add("numpy", lambda: np.add(a, b, out=out["numpy"]), expect(out["numpy"], want, 1e-7))
+    row.measure(opts.reps)
+    return row
+
+
+def rss() -> Optional[int]:
+    """Resident set size in bytes, where /proc tells it."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except OSError:
+        return None
+
+
+def barrier_call(lib: mk.Library, ocl: OpenCL, opts: argparse.Namespace) -> Row:
+    row = Row("5", "reverse64: 1 group of 64, 1 barrier, per call")
+    x = rng_floats(64)
+    want = x[::-1].astype(np.float64)
+    out = {s: np.empty(64, np.float32) for s in SIDES}
+    k = lib.reverse64
+
+    def run() -> None:
+        k(x, out["metalkit"], grid=64, threadgroup=64)
+    row.add_metalkit(k, run, expect(out["metalkit"], want, 0))
+    if isinstance(ocl, CpuOpenCL):
+        row.add("PoCL", ocl.launcher("reverse64", (64,), (64,), [x, out["PoCL"]], [out["PoCL"]]),
+                expect(out["PoCL"], want, 0))
+    row.add("numpy", lambda: np.copyto(out["numpy"], x[::-1]), expect(out["numpy"], want, 0))
+    row.measure(opts.reps)
+    if isinstance(row.cells["metalkit"], Timing):
+        row.notes.append(memory_over(run, opts.calls))
+    return row
+
+
+def memory_over(run: Callable[[], None], calls: int) -> str:
+    """RSS before and after `calls` calls of run: a call that leaks shows as growth."""
+    gc.collect()
+    before = rss()
+    t = time.perf_counter()
+    repeat(run, calls)
+    each = seconds((time.perf_counter() - t) / calls)
+    gc.collect()
+    after = rss()
+    if before is None or after is None:
+        return f"memory: not measured (no /proc/self/statm); {calls} calls took {each} each"
+    return (f"memory: metalkit RSS {before / 2**20:.1f} MiB before {calls} calls of reverse64, "
+            f"{after / 2**20:.1f} MiB after ({(after - before) / 2**20:+.2f} MiB, "
+            f"{(after - before) / calls:+.1f} bytes a call); those calls took {each} each")
+
+
+WORKLOADS = {  # name on the command line -> the rows it measures
+    "reduce": (tree_reduction,),
+    "matmul": (tiled_matmul,),
+    "simd": (simd_partials, simd_reduction),
+    "add": (add_arrays,),
+    "call": (barrier_call,),
+}
+
+
+# ---------------------------------------------------------------------------- the report
+
+def load() -> str:
+    return "load average %.2f %.2f %.2f" % os.getloadavg() if hasattr(os, "getloadavg") else ""
+
+
+def header(ocl: OpenCL, reps: int) -> None:
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    print(f"cores: {os.cpu_count()} ({usable} usable by this process); {load()}")
+    commit = subprocess.run(["git", "-C", str(HERE), "describe", "--always", "--dirty"],
+                            capture_output=True, text=True).stdout.strip()
+    print(f"metalkit {mk.__version__}{f' at commit {commit}' if commit else ''}: "
+          f"{mk.device().name} [{mk.device().backend}]")
+    print(f"PoCL: {ocl.name}" if isinstance(ocl, CpuOpenCL) else f"PoCL: column skipped: {ocl}")
+    print(f"numpy {np.__version__}; python {sys.version.split()[0]}")
+    print(f"times: median of {reps} samples, the sides of a row sampled in turns, after a warm-up "
+          f"call (which also compiles); a sample repeats the call for at least {SAMPLE_SECONDS} s; "
+          f"± is half the spread of the samples")
+    print()
+
+
+def ratio(mine: object, other: object, what: str) -> Optional[str]:
+    if isinstance(mine, Timing) and isinstance(other, Timing):
+        return f"{what}: {times(mine.median / other.median)} the time"
+    return None
+
+
+def table(rows: list[Row]) -> None:
+    width = max(len(r.label) for r in rows) + 4
+    print(f"{'':{width}}" + "".join(f"{s:>16}" for s in SIDES))
+    for r in rows:
+        cells = "".join(f"{str(r.cells.get(s, '-')):>16}" for s in SIDES)
+        print(f"{r.key:<4}{r.label:{width - 4}}{cells}")
+    print()
+    print("ratios: metalkit's time divided by the other's (below 1x, metalkit takes less time)")
+    tree = next((r.cells.get("metalkit") for r in rows if r.key == "1"), None)
+    for r in rows:
+        mine = r.cells.get("metalkit")
+        parts = [ratio(mine, r.cells.get("PoCL"), "metalkit / PoCL"),
+                 ratio(mine, r.cells.get("numpy"), "metalkit / numpy")]
+        if r.key.startswith("3"):  # the SIMD-group reductions against the barrier one
+            parts.append(ratio(mine, tree, f"metalkit {r.key} / metalkit 1"))
+        print(f"{r.key:<4}" + ("   ".join(p for p in parts if p) or "no ratio: a side is missing"))
+    print()
+    for r in rows:
+        models = ", ".join(f"{k} {m}" for k, m in r.execution.items())
+        print(f"{r.key:<4}metalkit execution model: {models}")
+        for note in r.notes:
+            print(f"{'':4}{note}")
+    print(f"\nafter the run: {load()}")
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("workloads", nargs="*", metavar="workload",
+                   help=f"run only these, of {', '.join(WORKLOADS)} (default: all)")
+    p.add_argument("--reps", type=int, default=5, help="timed samples per measurement (default 5)")
+    p.add_argument("--calls", type=int, default=100_000,
+                   help="calls of reverse64 between the two memory readings (default 100000)")
+    opts = p.parse_args()
+    unknown = set(opts.workloads) - set(WORKLOADS)
+    if unknown:
+        p.error(f"unknown workload {', '.join(sorted(unknown))}; "
+                f"choose from {', '.join(WORKLOADS)}")
+
+    ocl = open_device()
+    header(ocl, opts.reps)
+    lib = mk.load(HERE / "workloads.metal")
+    rows = [fn(lib, ocl, opts) for name, fns in WORKLOADS.items()
+            if not opts.workloads or name in opts.workloads for fn in fns]
+    table(rows)
+    return 1 if any(c == "FAILED" for r in rows for c in r.cells.values()) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
