@@ -123,8 +123,9 @@ std::string run_trapped(mk_launch_fn launch, const mk_dispatch& d, uint64_t firs
     if (!trap.signal) {
       result = trap.message;
     } else if (overflow) {
-      result = "stack overflow in " + where + " (more than " + std::to_string(FiberStacks::kStackBytes >> 10) +
-               " KiB of stack: a SIMD-group holds its 32 threads' locals); use smaller per-thread arrays";
+      result = "stack overflow in " + where +
+               " (its threads' local variables do not fit on the stack; a SIMD-group keeps its 32 threads' "
+               "locals together); use smaller per-thread arrays";
     } else {
       char addr[32];
       std::snprintf(addr, sizeof addr, "0x%llx", (unsigned long long)trap.address);

@@ -3,6 +3,7 @@
 #undef _FORTIFY_SOURCE
 #include "fault.h"
 
+#include <pthread.h>
 #include <signal.h>
 
 #include <cstdlib>
@@ -48,6 +49,27 @@ void handler(int sig, siginfo_t* info, void* uctx) {
 }
 
 }  // namespace
+
+bool below_thread_stack(uintptr_t addr) {
+  static thread_local uintptr_t lo = [] {
+#if defined(__APPLE__)
+    // Darwin reports the stack's top (it grows down) and its size.
+    const pthread_t self = pthread_self();
+    return reinterpret_cast<uintptr_t>(pthread_get_stackaddr_np(self)) - pthread_get_stacksize_np(self);
+#else
+    pthread_attr_t attr;
+    void* base = nullptr;
+    size_t size = 0;
+    if (pthread_getattr_np(pthread_self(), &attr) == 0) {
+      pthread_attr_getstack(&attr, &base, &size);
+      pthread_attr_destroy(&attr);
+    }
+    return reinterpret_cast<uintptr_t>(base);
+#endif
+  }();
+  constexpr uintptr_t kReach = uintptr_t(1) << 20;  // how far below a large frame's probes land
+  return lo && addr < lo && addr + kReach >= lo;
+}
 
 FaultTrap*& current_trap() {
   static thread_local FaultTrap* trap = nullptr;

@@ -26,6 +26,9 @@ void prepare_fault_handling();
 // The trap of the calling thread while it runs kernel code, or nullptr.
 FaultTrap*& current_trap();
 
+// Whether addr lies just below the calling thread's own stack (where an overflow lands).
+bool below_thread_stack(uintptr_t addr);
+
 // Jumps to the current trap with `message`; must be called on a thread with an armed trap.
 [[noreturn]] void raise_fault(const std::string& message);
 

@@ -275,43 +275,28 @@ void run_group(mk_thread_fn fn, void* ctx, const unsigned* position, const unsig
   run_fibers(fn, ctx, position, size, size[0] * size[1] * size[2], 1);
 }
 
-// Runs the SIMD-groups in g.order one after another on fiber 0's stack (a guarded stack, so an
-// overflow is reported as one), then returns to the scheduler.
-void direct_main(void*) {
-  Group& g = group();
-  for (unsigned j = 0; j < g.n && g.fault.empty(); ++j) {
-    g.current = g.order[j];
-    g.fn(g.ctx, g.current);
-  }
-  fiber_switch(g.fibers[0].ctx, g.main);
-}
-
 void run_simt_group(mk_thread_fn fn, void* ctx, const unsigned* position, const unsigned* size, unsigned nsg,
                     int fibers) {
   if (fibers && nsg > 1) return run_fibers(fn, ctx, position, size, nsg, 32);
-  // No barrier to wait at: the SIMD-groups run one after another (in a shuffled order on request).
+  // No barrier to wait at: the SIMD-groups run one after another (in a shuffled order on
+  // request), on this thread's own stack (an overflow there is reported as one too).
   Group& g = group();
   for (int i = 0; i < 3; ++i) {
     g.pos[i] = position[i];
     g.size[i] = size[i];
   }
-  g.fn = fn;
-  g.ctx = ctx;
   g.n = nsg;
   g.lanes = 32;
   g.threads = size[0] * size[1] * size[2];
-  g.fault.clear();
   g.order.resize(nsg);
-  if (g.fibers.empty()) g.fibers.resize(1);
   for (unsigned i = 0; i < nsg; ++i) g.order[i] = i;
   shuffle_order(g, 0);
-  void* stack = g.stacks.top(0);
-  if (!stack) raise_fault("cannot map a fiber stack for " + group_name());
-  fiber_init(g.fibers[0].ctx, stack, FiberStacks::kStackBytes, direct_main, nullptr);
   g.direct = true;
-  fiber_switch(g.main, g.fibers[0].ctx);
+  for (unsigned j = 0; j < nsg; ++j) {
+    g.current = g.order[j];
+    fn(ctx, g.current);
+  }
   g.direct = false;
-  if (!g.fault.empty()) raise_fault(g.fault);
 }
 
 void rt_barrier(const char* file, int line, int column) { block(State::AtBarrier, file, line, column); }
@@ -334,10 +319,10 @@ void rt_simd_barrier(const char* file, int line, int column) { rt_simd_exchange(
 void rt_fault(const char* message, const char* file, int line) {
   std::string msg = std::string(message) + (file ? " at " + where(file, line) : "");
   Group& g = group();
-  if (g.running || g.direct) {
+  if (g.running) {
     // Leave the fiber's stack first: the jump to the trap happens from the scheduler.
     g.fault = msg;
-    fiber_switch(g.fibers[g.direct ? 0 : g.current].ctx, g.main);
+    fiber_switch(g.fibers[g.current].ctx, g.main);
   }
   raise_fault(msg);
 }
@@ -364,7 +349,7 @@ void set_shuffle_seed(uint32_t seed) { group().shuffle_seed = seed; }
 
 std::string abandon_group(uintptr_t addr, bool* stack_overflow) {
   Group& g = group();
-  *stack_overflow = addr && g.stacks.in_guard(addr);
+  *stack_overflow = addr && (g.stacks.in_guard(addr) || below_thread_stack(addr));
   if (!g.running && !g.direct) return "";
   g.running = g.direct = false;
   if (g.lanes != 1) return group_name() + ", " + unit_name(g.current);

@@ -155,8 +155,9 @@ __MK_F unsigned upto(unsigned lane, bool inclusive) { return inclusive ? (2u << 
 
 template <class Op, bool Quad, class T> __MK_F T sg_reduce(const T &x, site s) {
   sg_view v = sg_exchange(x, s);
+  if (!v.ready()) return x;  // a SIMT kernel's first pass: only collecting
   const unsigned m = v.active() & scope_mask(v.lane(), Quad);
-  if (!v.x || !v.x->computing || sizeof(T) > sizeof(v.x->cache[0])) return sg_fold(v, m, x, Op());
+  if (!v.x || sizeof(T) > sizeof(v.x->cache[0])) return sg_fold(v, m, x, Op());
   // A SIMT kernel asks once per lane: fold once per scope.
   const unsigned k = Quad ? 1u + (v.lane() >> 2) : 0u;
   T r;
@@ -171,6 +172,7 @@ template <class Op, bool Quad, class T> __MK_F T sg_reduce(const T &x, site s) {
 }
 template <class Op, bool Quad, bool Inclusive, int Identity, class T> __MK_F T sg_prefix(const T &x, site s) {
   sg_view v = sg_exchange(x, s);
+  if (!v.ready()) return x;
   unsigned m = v.active() & scope_mask(v.lane(), Quad) & upto(v.lane(), Inclusive);
   return sg_fold(v, m, T(Identity), Op());
 }
@@ -179,6 +181,7 @@ template <class Op, bool Quad, bool Inclusive, int Identity, class T> __MK_F T s
 enum class mv { index, x0r, up, down, rot_up, rot_down };
 template <bool Quad, mv K, class T> __MK_F T sg_move(const T &x, unsigned arg, site s) {
   sg_view v = sg_exchange(x, s);
+  if (!v.ready()) return x;
   const unsigned n = Quad ? 4u : 32u, l = v.lane() & (n - 1u), base = v.lane() - l;
   unsigned src; // position within the scope; >= n means "none"
   switch (K) {
@@ -196,6 +199,7 @@ template <bool Quad, mv K, class T> __MK_F T sg_move(const T &x, unsigned arg, s
 template <bool Quad, bool Up, class T>
 __MK_F T sg_fill(const T &data, const T &fill, unsigned delta, unsigned modulo, site s) {
   sg_view v = sg_exchange(sg_pair<T>{data, fill}, s);
+  if (!v.ready()) return data;
   const unsigned n = Quad ? 4u : 32u, l = v.lane() & (n - 1u);
   const unsigned m = modulo && modulo <= n ? modulo : n;
   const unsigned j = l % m, vbase = v.lane() - j;
@@ -265,6 +269,7 @@ struct sg_votes {
 };
 template <bool Quad> __MK_F sg_votes sg_ballot(bool expr, site s) {
   sg_view v = sg_exchange(expr, s);
+  if (!v.ready()) return {0u, 0u, v.lane()};
   unsigned bits = 0;
   for (unsigned m = v.active(); m; m &= m - 1) {
     unsigned i = unsigned(__builtin_ctz(m));

@@ -102,19 +102,33 @@ struct frame {
   unsigned nsg;           // SIMD-groups in the threadgroup
   unsigned alive;         // lanes that exist and have not returned from the kernel
   bool fibers;            // SIMD-groups run as fibers: a barrier waits for the others
-  metal::__mk::simt_exchange x;
+  metal::__mk::simt_exchange* x;  // the OS thread's (a SIMD-group function call never waits)
+
+  u3 pos[32];             // each lane's position in the threadgroup (set by init_positions)
+  bool affine;            // lane l's x position is pos[0].x + l (each row holds whole SIMD-groups)
 
   __MK_F unsigned index(unsigned l) const { return sg * 32u + l; }
-  __MK_F u3 pos_in_group(unsigned l) const {
-    const unsigned i = index(l), nx = group_size.x, ny = group_size.y;
-    return {i % nx, (i / nx) % ny, i / (nx * ny)};
+  // Divides once per SIMD-group, then steps lane by lane.
+  __MK_F void init_positions() {
+    const unsigned i0 = sg * 32u, nx = group_size.x, ny = group_size.y;
+    affine = (ny == 1u && group_size.z == 1u) || nx % 32u == 0u;
+    u3 p = {i0 % nx, (i0 / nx) % ny, i0 / (nx * ny)};
+    for (unsigned l = 0; l < 32u; ++l) {
+      pos[l] = p;
+      if (++p.x == nx) {
+        p.x = 0;
+        if (++p.y == ny) {
+          p.y = 0;
+          ++p.z;
+        }
+      }
+    }
   }
-  __MK_F u3 pos_in_grid(unsigned l) const {
-    const u3 p = pos_in_group(l);
-    return {base.x + p.x, base.y + p.y, base.z + p.z};
-  }
+  __MK_F u3 pos_in_group(unsigned l) const { return pos[l]; }
+  __MK_F u3 pos_in_grid(unsigned l) const { return {base.x + pos[l].x, base.y + pos[l].y, base.z + pos[l].z}; }
 };
 inline thread_local frame* current_frame = nullptr;
+inline thread_local metal::__mk::simt_exchange thread_exchange;
 
 template <class F, class = void> struct takes_site { static constexpr bool value = false; };
 template <class F>
@@ -130,7 +144,7 @@ __MK_F void invoke(frame& f, unsigned m, Res* res, B&& siteful, P&& plain, G&& t
   if constexpr (has_twin<G>::value) {
     twin(probe{});
   } else if constexpr (takes_site<B>::value) {
-    metal::__mk::simt_exchange& x = f.x;
+    metal::__mk::simt_exchange& x = *f.x;
     x.begin(m);
     const metal::__mk::site s{"", 0, 0, &x};
     for (unsigned l = 0; l < 32u; ++l)

@@ -40,17 +40,23 @@ def _rewrite_body(src: Source, a: int, b: int) -> None:
             j += 1
         if pointer:
             continue
-        m, depth, names = j, 0, [toks[j - 1].text]
+        m, depth, names = j, 0, [j - 1]
         while m < b and not (depth == 0 and toks[m].text == ";"):
             if depth == 0 and toks[m].text in ("=", "{"):
                 raise src.error(toks[m], "a threadgroup variable cannot have an initializer; assign it in the "
                                          "kernel (then threadgroup_barrier) instead")
             if depth == 0 and toks[m].text == "," and m + 1 < b and toks[m + 1].kind == "id":
-                names.append(toks[m + 1].text)
+                names.append(m + 1)
             depth += toks[m].text in "([{"
             depth -= toks[m].text in ")]}"
             m += 1
         src.replace(i, i, "static thread_local")
+        # Code refers to the storage through a reference bound once per call: a thread-local's
+        # address costs a runtime call each time it is looked up.
+        for k in names:
+            src.replace(k, k, f"__mk_tg_{toks[k].text}")
+        refs = " ".join(f"auto& {toks[k].text} = __mk_tg_{toks[k].text};" for k in names)
+        names = [toks[k].text for k in names]
         size = " + ".join(f"sizeof({name})" for name in names)
         check = ('static_assert({} <= 32768, "threadgroup memory declared in this kernel passes the 32 KiB '
                  'Metal allows per threadgroup; use smaller tiles");')
@@ -58,8 +64,8 @@ def _rewrite_body(src: Source, a: int, b: int) -> None:
             serial += 1
             var = f"__mk_tg_bytes_{serial}"
             total = f"{total} + {size}" if total else size
-            insert = f" constexpr unsigned long long {var} = {total}; {check.format(var)}"
+            insert = f" {refs} constexpr unsigned long long {var} = {total}; {check.format(var)}"
             total = var
         else:
-            insert = " " + check.format(size)
+            insert = f" {refs} " + check.format(size)
         src.insert_after(m, insert)

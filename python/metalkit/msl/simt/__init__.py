@@ -27,6 +27,15 @@ from .analysis import Function, Var
 from .emit import LANES, Emitter
 from .syntax import Parser, Unsupported
 
+# Builtins whose value is base + lane: always, or when the threadgroup's rows hold whole SIMD-groups.
+AFFINE = {
+    "thread_index_in_simdgroup": ("always", "0u"),
+    "thread_index_in_threadgroup": ("always", "__f.sg * 32u"),
+    "thread_position_in_threadgroup": ("maybe", "__f.pos[0].x"),
+    "thread_position_in_grid": ("maybe", "__f.base.x + __f.pos[0].x"),
+}
+SCALAR_TYPES = {"uint", "ushort", "int", "short", "uint32_t", "uint16_t", "int32_t", "int16_t", "ulong", "long",
+                "size_t"}
 # Builtins that differ between the lanes of a SIMD-group, as per-lane expressions.
 LANE_BUILTINS = {
     "thread_position_in_grid": "__f.pos_in_grid(__l)",
@@ -118,7 +127,10 @@ def transform(unit: Unit, reach: Reach, text: str) -> None:
 
 
 def _body(unit: Unit, f: FnDef, names):
-    return Parser(unit.toks, names, unit.attr_at, f.body[1] + 1).block(f.body[0])
+    lparen = f.name_at + 1
+    params = [p.name for p in functions.parameters(unit, lparen, match(unit.toks, lparen, "(", ")"))] \
+        if unit.toks[lparen].text == "(" else []
+    return Parser(unit.toks, names, unit.attr_at, f.body[1] + 1, params).block(f.body[0])
 
 
 def _ref_params(unit: Unit, by_name: dict) -> dict[str, set[int]]:
@@ -154,17 +166,28 @@ class _KernelPlan:
             if builtin in LANE_BUILTINS:
                 v = Var(d.name, "builtin", d.name_tok, uniform=False, builtin=builtin, type_text=d.type_text)
             else:
-                v = Var(d.name, "kparam", d.name_tok, pointer="*" in d.type_text, ref=d.ref, type_text=d.type_text)
+                v = Var(d.name, "kparam", d.name_tok, pointer="*" in d.type_text, ref=d.ref, type_text=d.type_text,
+                        space=d.space)
             params.append(v)
         self.fn = Function(unit, body, params, sync_names, {}, False, ref_params)
+        written = set().union(*(i.writes for i in self.fn.info.values()))
+        for v in params:
+            words = v.type_text.replace("const", "").split()
+            if v.builtin in AFFINE and v not in written and len(words) == 1 and words[0] in SCALAR_TYPES:
+                v.affine, v.affine_base = AFFINE[v.builtin]
         self.emitter = Emitter(self.fn, True, False)
         self.emitter.sort_and_place()
 
     def prepare(self) -> None:
         e, f = self.emitter, self.f
         prologue = ["mk::simt::frame& __f = *mk::simt::current_frame; unsigned __m = __f.alive, __rt = 0u; (void)__rt;"]
+        if any(v.lanes and v.builtin.startswith("thread_position") for v in self.fn.params):
+            prologue.append("__f.init_positions(); const bool __affine = __f.affine; (void)__affine;")
         for v in self.fn.params:
-            if not v.lanes:
+            if v.affine:
+                prologue.append(f"const unsigned __b_{v.name} = {v.affine_base}; (void)__b_{v.name};")
+        for v in self.fn.params:
+            if not v.lanes or v.affine == "always":
                 continue
             value = f"mk::builtin<{v.type_text}>({LANE_BUILTINS[v.builtin]})" if v.kind == "builtin" \
                 else f"__mk_p_{v.name}"
@@ -197,7 +220,7 @@ class _HelperPlan:
                     for n, st in functions.class_members(unit, body_at).items():
                         members.setdefault(n, st)
         params = [Var(d.name, "param", d.name_tok, uniform=False, ref=d.ref, pointer="*" in d.type_text,
-                      type_text=d.type_text) for d in self.sig.params if d.name]
+                      type_text=d.type_text, space=d.space) for d in self.sig.params if d.name]
         self.fn = Function(unit, body, params, sync_names, members if self.method else {}, self.method, ref_params)
         self.emitter = Emitter(self.fn, False, True)
         self.emitter.sort_and_place()

@@ -75,8 +75,17 @@ class Var:
     decl: object = None       # its Declarator, if declared in the body
     decl_stmt: object = None  # its Decl statement
     type_text: str = ""       # a parameter's C++ type
+    affine: str = ""          # a builtin whose lane l value is affine_base + l: "always", or "maybe" (when
+    affine_base: str = ""     # the frame says so; else read from its per-lane table)
     matrix: bool = False      # a simdgroup_matrix: `*` on it is a SIMD-group function
+    space: str = "?"          # what a pointer or reference points into (device, constant, threadgroup,
+                              # thread), or where shared storage is (threadgroup)
     builtin: str = ""         # a kernel parameter's builtin attribute
+
+
+def conflict(a: set, b: set) -> bool:
+    """Whether accesses to spaces a and b may touch the same memory (? is any space)."""
+    return bool(a & b) or bool(a and "?" in b) or bool(b and "?" in a)
 
 
 @dataclass
@@ -84,19 +93,23 @@ class Info:
     """What an expression or a statement does."""
     reads: set = field(default_factory=set)
     writes: set = field(default_factory=set)
-    mem_r: bool = False
-    mem_w: bool = False
+    mem_r: set = field(default_factory=set)   # address spaces read: device, constant, threadgroup, ? (unknown)
+    mem_w: set = field(default_factory=set)   # address spaces written
     impure: bool = False
     hoists: list = field(default_factory=list)   # calls of SIMD-group functions / SIMT helpers, innermost first
     barrier: bool = False
     simd_barrier: bool = False  # simdgroup_barrier: nothing to do for lanes in lockstep
     assign_rw: bool = False    # `lhs op= rhs` with lhs in shared memory and rhs reading it
 
+    def rw(self) -> bool:
+        """Whether it reads memory it (or another lane) may also write."""
+        return conflict(self.mem_r, self.mem_w)
+
     def add(self, o: "Info") -> None:
         self.reads |= o.reads
         self.writes |= o.writes
-        self.mem_r |= o.mem_r
-        self.mem_w |= o.mem_w
+        self.mem_r = self.mem_r | o.mem_r
+        self.mem_w = self.mem_w | o.mem_w
         self.impure |= o.impure
         self.hoists += o.hoists
         self.barrier |= o.barrier
@@ -170,6 +183,7 @@ class Function:
                 if v.matrix and dc.init_kind == "()" and len(dc.ctor_args) == 1:
                     dc.init = sx.Cast(dc.ctor_args[0].a - 1, dc.b, d.type, dc.ctor_args)
                     dc.init_kind, dc.ctor_args = "=", []
+                v.space = "threadgroup" if shared else space_in(type_words + ptr_words)
                 dc.var = v
                 self.vars.append(v)
                 self.name_var[dc.name] = v
@@ -254,6 +268,42 @@ class Function:
             return self.is_matrix_type(e.type)
         return False
 
+    @staticmethod
+    def touch(info: Info, space: str, reading: bool, writing: bool) -> None:
+        if space == "thread":
+            return  # a lane's own memory: no other lane sees it
+        if reading:
+            info.mem_r = info.mem_r | {space}
+        if writing:
+            info.mem_w = info.mem_w | {space}
+
+    def space_of(self, e) -> str:
+        """The address space a pointer-valued expression points into (? if unknown)."""
+        e = _unparen(e)
+        if isinstance(e, sx.Name):
+            return e.var.space if e.var is not None else "?"
+        if isinstance(e, sx.Cast):
+            words = [self.unit.toks[k].text for k in range(e.type[0], e.type[1] + 1)]
+            sp = space_in(words)
+            return sp if sp != "?" or not e.args else self.space_of(e.args[0])
+        if isinstance(e, sx.Binary) and e.op in ("+", "-"):
+            sp = self.space_of(e.lhs)
+            return sp if sp != "?" else self.space_of(e.rhs)
+        if isinstance(e, sx.Unary) and e.op == "&":
+            root = self._private_root(e.operand)
+            if root is not None:
+                return "thread"
+            inner = _unparen(e.operand)
+            if isinstance(inner, sx.Index):
+                return self.space_of(inner.obj)
+            if isinstance(inner, sx.Name) and inner.var is not None and inner.var.kind == "shared":
+                return "threadgroup"
+            return "?"
+        if isinstance(e, sx.Index):
+            root = self._private_root(e.obj) if isinstance(_unparen(e.obj), sx.Name) else None
+            return root.space if root is not None else "?"  # an element of a local array of pointers
+        return "?"
+
     def _private_root(self, e):
         """The local a private lvalue lives in (`x`, `x.f`, `x[i]` with x an array), else None."""
         while True:
@@ -288,12 +338,10 @@ class Function:
                 if mode == "addr":
                     v.addressed = True
                 if v.kind == "shared" or v.ref:
-                    info.mem_r |= reading
-                    info.mem_w |= writing
+                    self.touch(info, v.space, reading, writing)
             elif e.last in self.member_toks or self.unit.toks[e.last].text == "this":
                 info.reads.add(self.this_var)
-                info.mem_r |= reading
-                info.mem_w |= writing
+                self.touch(info, "?", reading, writing)
             return
         if isinstance(e, sx.Paren):
             self.scan(e.inner, info, mode)
@@ -303,20 +351,17 @@ class Function:
                 self.scan(e.obj, info, mode)
             else:
                 self.scan(e.obj, info, "r")
-                info.mem_r |= reading
-                info.mem_w |= writing
+                self.touch(info, self.space_of(e.obj), reading, writing)
         elif isinstance(e, sx.Member):
             if e.arrow:
                 self.scan(e.obj, info, "r")
-                info.mem_r |= reading
-                info.mem_w |= writing
+                self.touch(info, self.space_of(e.obj), reading, writing)
             else:
                 self.scan(e.obj, info, mode)
         elif isinstance(e, sx.Unary):
             if e.op == "*":
                 self.scan(e.operand, info, "r")
-                info.mem_r |= reading
-                info.mem_w |= writing
+                self.touch(info, self.space_of(e.operand), reading, writing)
             elif e.op == "&":
                 self.scan(e.operand, info, "addr")
             elif e.op in ("++", "--"):
@@ -373,18 +418,19 @@ class Function:
         if isinstance(c.callee, sx.Member):
             self.scan(c.callee.obj, info, "rw" if not c.callee.arrow else "r")
             if c.callee.arrow:
-                info.mem_r = info.mem_w = True
+                self.touch(info, "?", True, True)
         elif isinstance(c.callee, sx.Name) and c.callee.var is not None:
             info.reads.add(c.callee.var)
         elif isinstance(c.callee, sx.Name) and c.callee.last in self.member_toks:
             info.reads.add(self.this_var)
-            info.mem_r = info.mem_w = True
+            self.touch(info, "?", True, True)
         for i, a in enumerate(c.args):
             self.scan(a, info, "rw" if i in refs and self._private_root(a) is not None else "r")
         if sync:
             info.hoists.append(c)
         elif not pure:
-            info.impure = info.mem_r = info.mem_w = True
+            info.impure = True
+            self.touch(info, "?", True, True)
 
     def _scan_all(self) -> None:
         def stmt(s):
@@ -395,8 +441,9 @@ class Function:
                 if isinstance(e, sx.Assign) and info.mem_w and not info.impure:
                     rhs = Info()
                     self.scan(e.rhs, rhs)
-                    lhs_private = self._private_root(e.lhs) is not None
-                    info.assign_rw = rhs.mem_r and not lhs_private and not rhs.hoists
+                    lhs = Info()
+                    self.scan(e.lhs, lhs, "w")
+                    info.assign_rw = conflict(rhs.mem_r, lhs.mem_w) and not rhs.hoists
             elif isinstance(s, sx.Decl):
                 for dc in s.declarators:
                     if dc.init is not None:
@@ -511,3 +558,11 @@ def _unparen(e):
     while isinstance(e, sx.Paren):
         e = e.inner
     return e
+
+
+SPACE_WORDS = ("device", "constant", "threadgroup", "thread")
+
+
+def space_in(words) -> str:
+    """The address space a declaration's words name (? if none: the pointee may be anywhere)."""
+    return next((w for w in words if w in SPACE_WORDS), "?")

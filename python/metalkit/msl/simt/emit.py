@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from . import syntax as sx
-from .analysis import Function, Info
+from .analysis import Function, Info, conflict
 from .syntax import Unsupported
 
 LANES = "for (unsigned __l = 0; __l < 32u; ++__l) if (__m >> __l & 1u)"
@@ -43,6 +43,7 @@ class Emitter:
         # M: run under masks, L: per-lane code inside a region, R: a region's lane loop.
         self.loops: list[tuple[str, int | None, bool]] = []
         self.region_end = ""                            # label ending the current region's lane body
+        self.affine_mode = False                        # render "maybe" affine builtins as base + lane
         self.region_jumps: set[str] = set()             # mask variables a region's jumps set
 
     # ---------------------------------------------------------------- output
@@ -79,7 +80,9 @@ class Emitter:
                 continue
             v = fn.name_var.get(i)
             w = self.toks[i].text
-            if v is not None and v.lanes:
+            if v is not None and v.affine and (v.affine == "always" or self.affine_mode):
+                out.append((i, f"{v.type_text}(__b_{v.name} + {lane})"))
+            elif v is not None and v.lanes:
                 if lane is None:
                     raise Unsupported(i, f"'{w}' differs between lanes where every lane must agree")
                 out.append((i, f"{w}[{lane}]"))
@@ -118,7 +121,7 @@ class Emitter:
                 return False
             if isinstance(s, sx.Decl) and "constexpr" in s.specs and not self.fn.per_lane(inf):
                 return False  # a compile-time constant: declared where every later piece sees it
-            if inf.assign_rw or (inf.mem_r and inf.mem_w):
+            if inf.assign_rw or inf.rw():
                 return False
             return ctx_v or self.fn.per_lane(inf)
         if isinstance(s, sx.Other):
@@ -165,12 +168,15 @@ class Emitter:
 
     @staticmethod
     def fusable(leaves: list) -> bool:
-        """A region may hold any number of statements that read shared memory, or one that writes it."""
-        if any(x is None or x.hoists or x.barrier or (x.mem_r and x.mem_w) or x.assign_rw for x in leaves):
+        """Whether statements can run lane after lane as one region without any lane seeing another's
+        store early: per address space, any number of statements read it, or one writes it and no
+        other statement touches it."""
+        if any(x is None or x.hoists or x.barrier or x.rw() or x.assign_rw for x in leaves):
             return False
-        writes = sum(1 for x in leaves if x.mem_w)
-        reads = sum(1 for x in leaves if x.mem_r)
-        return writes == 0 or (writes == 1 and reads == 0)
+        for i, x in enumerate(leaves):
+            if x.mem_w and any(conflict(x.mem_w, y.mem_r | y.mem_w) for j, y in enumerate(leaves) if j != i):
+                return False
+        return True
 
     def sort(self, stmts: list, ctx_v: bool) -> list[Piece]:
         pieces: list[Piece] = []
@@ -203,7 +209,7 @@ class Emitter:
             return Piece("H", [s])
         if isinstance(s, sx.ExprStmt) and inf.simd_barrier and isinstance(s.expr, sx.Call):
             return Piece("N", [s])
-        if isinstance(s, (sx.ExprStmt, sx.Decl)) and (inf.assign_rw or (inf.mem_r and inf.mem_w)) and (
+        if isinstance(s, (sx.ExprStmt, sx.Decl)) and (inf.assign_rw or inf.rw()) and (
                 ctx_v or self.fn.per_lane(inf)):
             return Piece("RW", [s])
         if isinstance(s, (sx.ExprStmt, sx.Decl, sx.Return, sx.Jump, sx.Other, sx.Case)):
@@ -374,24 +380,44 @@ class Emitter:
         first = stmts[0]
         decls = [self.lanes_decl(dc, d) for d in stmts if isinstance(d, sx.Decl)
                  for dc in d.declarators if dc.var.lanes]
+        self.put(first.a, " ".join(decls))
+        jumps: set[str] = set()
+        if self.uses_maybe_affine(stmts):
+            # Positions that are base + lane in most dispatches (then the compiler vectorises
+            # accesses indexed by them): one loop for those, one for the others.
+            self.put(first.a, "if (__affine) {")
+            self.affine_mode = True
+            jumps = self.region_loop(stmts)
+            self.affine_mode = False
+            self.put(stmts[-1].b, "} else {")
+            self.region_loop(stmts)
+            self.put(stmts[-1].b, "}")
+        else:
+            jumps = self.region_loop(stmts)
+        if jumps:
+            after = f" __m &= ~({' | '.join(sorted(jumps))});"
+            if self.is_kernel and "__rt" in jumps:
+                after += " __f.alive &= ~__rt;"
+            self.put(stmts[-1].b, after)
+
+    def uses_maybe_affine(self, stmts) -> bool:
+        return any(v is not None and v.affine == "maybe"
+                   for s in stmts for v in (self.fn.name_var.get(i) for i in range(s.a, s.b + 1)))
+
+    def region_loop(self, stmts) -> set[str]:
+        """One lane loop running stmts; returns the mask variables its jumps set."""
         k = self.new()
         outer_end, outer_jumps = self.region_end, self.region_jumps
         self.region_end, self.region_jumps = f"__mk_e{k}", set()
         self.loops.append(("R", None, False))
-        self.put(first.a, " ".join(decls) + f" {LANES} {{ {{")
+        self.put(stmts[0].a, f"{LANES} {{ {{")
         for s in stmts:
             self.lane_stmt(s)
         self.loops.pop()
         jumps = self.region_jumps
-        end = f"}} {self.region_end}:; }}" if jumps else "} }"
-        after = ""
-        if jumps:
-            retired = " | ".join(sorted(jumps))
-            after = f" __m &= ~({retired});"
-            if self.is_kernel and "__rt" in jumps:
-                after += " __f.alive &= ~__rt;"
-        self.put(stmts[-1].b, end + after)
+        self.put(stmts[-1].b, f"}} {self.region_end}:; }}" if jumps else "} }")
         self.region_end, self.region_jumps = outer_end, outer_jumps
+        return jumps
 
     def lane_stmt(self, s) -> None:
         """Statement s inside a region's lane loop (lane `__l`)."""
@@ -523,9 +549,16 @@ class Emitter:
         if isinstance(e, sx.Assign) and self.info(s).assign_rw:
             k = self.new()
             rhs0 = self.expr(e.rhs, "0")
-            self.put(s.a, f"{{ mk::lanes<mk::simt::auto_t<decltype(({rhs0}))>> __v{k}; "
-                          f"{LANES} __v{k}.set(__l, {self.expr(e.rhs, '__l')}); "
-                          f"{LANES} {self.expr(e.lhs, '__l')} {e.op} __v{k}[__l]; }}")
+
+            def phases() -> str:
+                return (f"{LANES} __v{k}.set(__l, {self.expr(e.rhs, '__l')}); "
+                        f"{LANES} {self.expr(e.lhs, '__l')} {e.op} __v{k}[__l];")
+            code = phases()
+            if self.uses_maybe_affine([s]):
+                self.affine_mode = True
+                code = f"if (__affine) {{ {phases()} }} else {{ {code} }}"
+                self.affine_mode = False
+            self.put(s.a, f"{{ mk::lanes<mk::simt::auto_t<decltype(({rhs0}))>> __v{k}; {code} }}")
             return
         # Calls that read and write memory (atomics, helpers): one lane after another.
         self.emit_region(Piece("R", [s]), ctx_v)
@@ -571,8 +604,8 @@ class Emitter:
             d = f"decltype({callee0}({', '.join(args0)}))"
             twin = self.twin(h, res, args)
             code.append(f"mk::simt::ret_lanes_t<{d}> {res}; (void){res}; mk::simt::invoke<{d}>(__f, __m, &{res}, "
-                        f"[&](unsigned __l, auto __s) -> decltype({siteful}) {{ return {siteful}; }}, "
-                        f"[&](unsigned __l) -> decltype(auto) {{ return {plain}; }}, {twin});")
+                        f"[&](unsigned __l, auto __s) __attribute__((always_inline)) -> decltype({siteful}) {{ return {siteful}; }}, "
+                        f"[&](unsigned __l) __attribute__((always_inline)) -> decltype(auto) {{ return {plain}; }}, {twin});")
             self.subst[h.a] = (h.b, lambda lane, r=res: f"{r}[{lane}]")
         return " ".join(code)
 
@@ -591,24 +624,24 @@ class Emitter:
             obj0 = self.expr(f.obj, "0")
             targs = self.render(f.name + 1, f.b, "0") if f.b > f.name else ""
             callee0 = f"{dep}({obj0}){'->' if f.arrow else '.'}__mk_simt_{name}{targs}"
-            accs.append(f"[&](unsigned __l) -> decltype(auto) {{ return ({'*' if f.arrow else ''}({obj})); }}")
+            accs.append(f"[&](unsigned __l) __attribute__((always_inline)) -> decltype(auto) {{ return ({'*' if f.arrow else ''}({obj})); }}")
         elif isinstance(f, sx.Name) and f.last in self.fn.member_toks:
             targs = self.render(f.last + 1, f.b, "0") if f.b > f.last else ""
             callee0 = f"{dep}(__this[0])->__mk_simt_{name}{targs}"
-            accs.append("[&](unsigned __l) -> decltype(auto) { return (*__this[__l]); }")
+            accs.append("[&](unsigned __l) __attribute__((always_inline)) -> decltype(auto) { return (*__this[__l]); }")
         elif isinstance(f, sx.Name):
             head = self.render(f.a, f.last - 1, "0") if f.last > f.a else ""
             targs = self.render(f.last + 1, f.b, "0") if f.b > f.last else ""
             callee0 = f"{head}__mk_simt_{name}{targs}"
         else:
             return "mk::simt::no_twin{}"
-        accs += [f"[&](unsigned __l) -> decltype(auto) {{ return ({a}); }}" for a in args]
+        accs += [f"[&](unsigned __l) __attribute__((always_inline)) -> decltype(auto) {{ return ({a}); }}" for a in args]
         args0 = [f"{dep}({self.expr(a, '0')})" for a in h.args]
         if not args0 and not isinstance(f, sx.Member) and f.last not in self.fn.member_toks:
             call0 = f"{dep}({callee0})()"
         else:
             call0 = f"{callee0}({', '.join(args0)})"
-        return (f"[&](auto __t) -> decltype((void)({call0})) {{ decltype({call0})::type::call(__f, __m, &{res}"
+        return (f"[&](auto __t) __attribute__((always_inline)) -> decltype((void)({call0})) {{ decltype({call0})::type::call(__f, __m, &{res}"
                 f"{''.join(', ' + x for x in accs)}); }}")
 
     def emit_barrier(self, p: Piece, ctx_v: bool) -> None:
@@ -658,7 +691,12 @@ class Emitter:
         """Code setting `var` to the mask of active lanes for which cond holds."""
         inf = self.info(cond)
         pre = self.hoist(inf.hoists) if inf.hoists else ""
-        code = f"{pre} unsigned {var} = 0u; {LANES} {{ if ({self.expr(cond, '__l')}) {var} |= 1u << __l; }}"
+        loop = f"{LANES} {{ if ({self.expr(cond, '__l')}) {var} |= 1u << __l; }}"
+        if self.uses_maybe_affine([cond]):
+            self.affine_mode = True
+            loop = f"if (__affine) {{ {LANES} {{ if ({self.expr(cond, '__l')}) {var} |= 1u << __l; }} }} else {{ {loop} }}"
+            self.affine_mode = False
+        code = f"{pre} unsigned {var} = 0u; {loop}"
         for h in inf.hoists:
             del self.subst[h.a]
         return code

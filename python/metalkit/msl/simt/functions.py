@@ -23,6 +23,7 @@ class ParamDecl:
     ref: bool              # a reference parameter
     default: tuple | None  # token range [a, b] of its default argument
     toks: tuple = (0, -1)  # token range of the whole parameter
+    space: str = "?"       # the address space it points or refers into
 
 
 @dataclass
@@ -185,7 +186,9 @@ def parameters(unit: Unit, lparen: int, rparen: int) -> list[ParamDecl]:
             type_text += "*"  # an array parameter is a pointer
         ref = any(toks[j].text in ("&", "&&") for j in type_toks)
         default = (eq + 1, e - 1) if eq < e else None
-        out.append(ParamDecl(toks[name_tok].text if name_tok >= 0 else "", name_tok, type_text, ref, default, (s, e - 1)))
+        space = next((toks[j].text for j in type_toks if toks[j].text in SPACE_WORDS), "?")
+        out.append(ParamDecl(toks[name_tok].text if name_tok >= 0 else "", name_tok, type_text, ref, default, (s, e - 1),
+                             space))
     return out
 
 

@@ -41,21 +41,24 @@ def collect(text: str) -> Names:
             toks.extend(tokenize_line(line, i))
     names = Names()
     n = len(toks)
-    braces: list[bool] = []  # per open brace: is it a function body (whose typedefs are local)?
+    # Per open brace: is it a function body (whose typedefs are its own) or metalkit's internal
+    # namespace (whose names no user code sees)?
+    braces: list[bool] = []
     for i, t in enumerate(toks):
         w = t.text
         if w == "{":
             k = i - 1
             while k > 0 and toks[k].text in ("const", "noexcept", "override", "final", "mutable", "volatile"):
                 k -= 1
-            braces.append(toks[k].text == ")" if k >= 0 else False)
+            hidden = k >= 0 and (toks[k].text == ")" or (toks[k].text == "__mk" and toks[k - 1].text == "namespace"))
+            braces.append(hidden or bool(braces and braces[-1]))
             continue
         if w == "}":
             if braces:
                 braces.pop()
             continue
-        if braces and braces[-1] and w in ("typedef", "using"):
-            continue  # a function's own typedef: not a type name anywhere else
+        if braces and braces[-1]:
+            continue  # a function's own type names, or metalkit's internals
         if w in ("struct", "class", "union", "enum") and i + 1 < n:
             j = i + 1
             if toks[j].text in ("class", "struct"):  # enum class

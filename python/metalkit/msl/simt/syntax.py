@@ -247,12 +247,13 @@ _CXX_CASTS = {"static_cast", "reinterpret_cast", "const_cast", "dynamic_cast", "
 
 
 class Parser:
-    def __init__(self, toks: list[Token], names: Names, attr_at: dict, end: int):
+    def __init__(self, toks: list[Token], names: Names, attr_at: dict, end: int, params=()):
         self.toks = toks
         self.names = names
         self.attr_at = attr_at   # attribute blocks to skip ('[' index -> (']' index, attrs))
         self.end = end           # one past the last token this parser may read
         self.local_types: list[set[str]] = [set()]
+        self.local_vars: list[set[str]] = [set(params)]  # a local's name hides a type of that name
 
     # ---- tokens
     def t(self, i: int) -> str:
@@ -306,6 +307,8 @@ class Parser:
         raise Unsupported(i, "unbalanced '<'")
 
     def is_type_name(self, w: str) -> bool:
+        if any(w in s for s in self.local_vars):
+            return False
         return self.names.is_type(w) or any(w in s for s in self.local_types)
 
     # ---- statements
@@ -314,6 +317,7 @@ class Parser:
         i = self.expect(i, "{")
         stmts = []
         self.local_types.append(set())
+        self.local_vars.append(set())
         while self.t(i) != "}":
             if i >= self.end:
                 raise Unsupported(a, "unterminated block")
@@ -321,6 +325,7 @@ class Parser:
             stmts.append(s)
             i = s.b + 1
         self.local_types.pop()
+        self.local_vars.pop()
         return Block(a, i, stmts)
 
     def stmt(self, i: int) -> Stmt:
@@ -544,6 +549,7 @@ class Parser:
                 init = self.init_list(j, rb + 1)
                 kind, j = "{}", rb + 1
             decls.append(Declarator(name, a, j - 1, ptr, dims, init, kind, ctor_args))
+            self.local_vars[-1].add(self.t(name))
             if self.t(j) == ",":
                 j += 1
                 continue
