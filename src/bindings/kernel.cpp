@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "../core/errors.h"
+#include "../core/watchdog.h"
 #include "py_attr.h"
 #include "buffer.h"
 #include "convert.h"
@@ -67,6 +68,19 @@ std::vector<int64_t> int_list(const std::string& kernel, const char* what, py::h
   return out;
 }
 
+std::optional<double> timeout_seconds(const std::string& kernel, py::handle v) {
+  if (v.is_none()) return std::nullopt;  // the METALKIT_TIMEOUT default
+  const double s = PyBool_Check(v.ptr()) ? 0.0 : PyFloat_AsDouble(v.ptr());  // Python and numpy numbers
+  const bool number = !PyBool_Check(v.ptr()) && !PyErr_Occurred();
+  PyErr_Clear();
+  if (!number)
+    throw ArgumentError("kernel '" + kernel + "': timeout= takes a number of seconds (or None for METALKIT_TIMEOUT), got " +
+                        std::string(py::str(py::repr(v))).substr(0, 40));
+  return s;
+}
+
+unsigned long g_main_thread = 0;  // Python's main thread, where Ctrl-C raises KeyboardInterrupt
+
 uint32_t shuffle_seed(const std::string& kernel, py::handle v) {
   std::optional<int64_t> x = as_int(v);
   if (!x) throw ArgumentError("kernel '" + kernel + "': shuffle= takes an int seed (0 runs threads in index order)");
@@ -74,6 +88,11 @@ uint32_t shuffle_seed(const std::string& kernel, py::handle v) {
 }
 
 }  // namespace
+
+void init_call_path() {
+  g_main_thread = py::module_::import("threading").attr("main_thread")().attr("ident").cast<unsigned long>();
+  watch_interrupts();
+}
 
 DebugDefaults& debug_defaults() {
   static DebugDefaults d = [] {
@@ -221,6 +240,7 @@ py::object PyKernel::call(py::args args, py::kwargs kwargs) {
   py::handle tgmem;
   bool check = debug_defaults().check;
   uint32_t shuffle = debug_defaults().shuffle;
+  std::optional<double> timeout;
   for (auto item : kwargs) {
     std::string key = py::str(item.first);
     if (key == "grid") {
@@ -238,9 +258,11 @@ py::object PyKernel::call(py::args args, py::kwargs kwargs) {
       }
     } else if (key == "shuffle") {  // None: the METALKIT_SHUFFLE default; 0: in order
       if (!item.second.is_none()) shuffle = shuffle_seed(sp.name, item.second);
+    } else if (key == "timeout") {
+      timeout = timeout_seconds(sp.name, item.second);
     } else {
       throw ArgumentError("kernel '" + sp.name + "' got an unexpected keyword argument '" + key +
-                          "'; it accepts grid=, threadgroup=, threadgroup_memory=, check= and shuffle=");
+                          "'; it accepts grid=, threadgroup=, threadgroup_memory=, check=, shuffle= and timeout=");
     }
   }
   if (args.size() != slots_.size())
@@ -322,6 +344,7 @@ py::object PyKernel::call(py::args args, py::kwargs kwargs) {
                         " bytes exceeds the 32768 bytes Metal allows per threadgroup; use smaller tiles");
   launch.tg_bytes = tg_total;
   launch.geometry = plan_geometry(sp.name, grid, tg, default_count, sp.max_threads);
+  launch.limits = plan_run_limits(sp.name, timeout, impl_->defers(), PyThread_get_thread_ident() == g_main_thread);
   if (launch.geometry.empty()) return py::none();
   if ((check || shuffle) && impl_->defers())
     throw DispatchError("kernel '" + sp.name + "': check= and shuffle= are CPU simulator options; on Metal use "
@@ -396,9 +419,21 @@ py::object PyKernel::call(py::args args, py::kwargs kwargs) {
   }
 
   if (!defer) {
+    if (launch.limits.interruptible) {
+      // A Ctrl-C from here on stops the kernel; one that came before is raised now, before it runs.
+      launch.limits.interrupts = interrupts_seen();
+      if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+    }
     try {
       py::gil_scoped_release nogil;
       impl_->dispatch(launch);
+    } catch (const Interrupted& e) {
+      // Python's SIGINT handler runs now, at the call (KeyboardInterrupt by default). One
+      // that does not raise leaves the KernelFault saying how far the kernel got.
+      if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+      if (!batch) throw;
+      batch->fail(e.what());
+      return py::none();
     } catch (const KernelFault& e) {
       if (!batch) throw;
       batch->fail(e.what());
@@ -413,6 +448,7 @@ py::object PyKernel::call(py::args args, py::kwargs kwargs) {
     return py::none();
   }
 
+  launch.limits.interruptible = false;  // it runs when the batch completes, not at this call
   {
     py::gil_scoped_release nogil;
     if (emulate) {

@@ -10,6 +10,10 @@
 
 namespace mk {
 
+// Called once when the module loads: notes Python's main thread (its calls
+// are interrupted by Ctrl-C) and installs metalkit's SIGINT handler.
+void init_call_path();
+
 // The CPU simulator's debug options when a call does not give them:
 // METALKIT_CHECK=1 (guarded copies) and METALKIT_SHUFFLE=<seed>, read once.
 struct DebugDefaults {

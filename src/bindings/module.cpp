@@ -49,6 +49,7 @@ const Allocation* mk::find_allocation(py::handle array) {
 
 PYBIND11_MODULE(_core, m) {
   m.doc() = "metalkit's compiled core (use the metalkit package, not this module).";
+  init_call_path();
 
   py::register_exception_translator([](std::exception_ptr p) {
     try {

@@ -9,6 +9,7 @@
 
 #include "arg_spec.h"
 #include "geometry.h"
+#include "run_limits.h"
 
 namespace mk {
 
@@ -49,13 +50,16 @@ struct Launch {
   std::vector<BoundArg> args;      // one per parameter (builtins unused)
   uint64_t tg_bytes = 0;           // dynamic threadgroup memory per group
   uint32_t shuffle_seed = 0;       // CPU simulator: run fibers in a shuffled order (0: in order)
+  RunLimits limits;                // what may stop it before it completes (a backend that defers: none)
 };
 
 class KernelImpl {
  public:
   virtual ~KernelImpl() = default;
   const KernelSpec& spec() const { return spec_; }
-  // Runs and waits. Called without the GIL; must not touch Python objects.
+  // Runs and waits. Called without the GIL; must not touch Python objects. A
+  // backend that can stop a running dispatch honours launch.limits and throws
+  // KernelFault (Interrupted for Ctrl-C) with stop_message()'s text.
   virtual void dispatch(const Launch& launch) = 0;
   // Whether dispatch() uses BoundArg::alloc (the bindings then look it up).
   virtual bool wants_allocations() const { return false; }

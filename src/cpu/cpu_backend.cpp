@@ -15,9 +15,11 @@
 #include <stdexcept>
 
 #include "../core/errors.h"
+#include "../core/watchdog.h"
 #include "fault.h"
 #include "scheduler.h"
 #include "fiber.h"
+#include "stop.h"
 #include "thread_pool.h"
 
 namespace mk {
@@ -62,6 +64,7 @@ class GuardedAllocation : public Allocation {
 struct Module {
   void* handle = nullptr;
   const mk_module_info* info = nullptr;
+  uintptr_t code_lo = 0, code_hi = 0;  // its executable code, where a stop may jump out of (stop.h)
   ~Module() {
     if (handle) dlclose(handle);
   }
@@ -96,14 +99,24 @@ std::string near_argument(const KernelSpec& spec, const Launch& l, uintptr_t add
   return "";
 }
 
+// How a dispatch is stopped before it completes (stop.h).
+struct StopPoint {
+  const std::atomic<bool>* flag;
+  const Module& mod;
+};
+
 // Runs groups [first, last) with this thread's fault trap armed. Returns ""
-// or what went wrong, with where.
+// or what went wrong, with where; *stopped: the dispatch was stopped in them.
 std::string run_trapped(mk_launch_fn launch, const mk_dispatch& d, uint64_t first, uint64_t last, uint32_t seed,
-                        const KernelSpec& spec, const Launch& l) {
+                        const KernelSpec& spec, const Launch& l, const StopPoint& stop, bool* stopped) {
   prepare_fault_handling();
   set_shuffle_seed(seed);
   FaultTrap trap;
   trap.message.reserve(256);
+  trap.stop = stop.flag;
+  trap.code_lo = stop.mod.code_lo;
+  trap.code_hi = stop.mod.code_hi;
+  RunningChunk running(stop.flag);
   struct Restore {  // on every way out, an exception included
     FaultTrap* outer = current_trap();
     ~Restore() { current_trap() = outer; }
@@ -117,6 +130,10 @@ std::string run_trapped(mk_launch_fn launch, const mk_dispatch& d, uint64_t firs
   } else {
     bool overflow = false;
     std::string where = abandon_group(trap.address, &overflow);
+    if (trap.stopped) {
+      *stopped = true;
+      return "";
+    }
     if (where.empty())
       where = last - first == 1 ? "threadgroup " + group_at(d, first)
                                 : "threadgroups " + group_at(d, first) + " to " + group_at(d, last - 1);
@@ -209,11 +226,24 @@ class CpuKernel : public KernelImpl {
     std::string fault;
     std::atomic<bool> failed{false};
     const uint32_t seed = l.shuffle_seed;
+    // The watchdog stops the dispatch by raising its flag (checked between chunks and by the
+    // scheduler) and kicking the threads inside its kernel code.
+    struct Stopper final : Stoppable {
+      std::atomic<bool> flag{false};
+      void stop_now() override {
+        flag.store(true, std::memory_order_relaxed);
+        kick_threads_running(&flag);
+      }
+    } stopper;
+    const StopPoint stop{&stopper.flag, *mod_};
+    std::atomic<uint64_t> done{0};  // groups of the chunks that completed
+    Watch watch(l.limits, stopper, t0);
     ThreadPool::instance().run(groups, chunk, [&](uint64_t first, uint64_t last) {
-      if (failed.load(std::memory_order_relaxed)) return;
+      if (failed.load(std::memory_order_relaxed) || stopper.flag.load(std::memory_order_relaxed)) return;
       std::string why;
+      bool stopped = false;
       try {
-        why = run_trapped(launch, d, first, last, seed, spec_, l);
+        why = run_trapped(launch, d, first, last, seed, spec_, l, stop, &stopped);
       } catch (const std::exception& e) {  // the pool's work must not throw: make it this call's fault
         bool overflow;
         abandon_group(0, &overflow);
@@ -222,11 +252,21 @@ class CpuKernel : public KernelImpl {
       if (!why.empty()) {
         std::lock_guard<std::mutex> lk(fault_lock);
         if (!failed.exchange(true)) fault = std::move(why);
+      } else if (!stopped) {
+        done.fetch_add(last - first, std::memory_order_relaxed);
       }
     });
-    last_gpu_time_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    last_gpu_time_ = elapsed;
     if (failed) throw KernelFault("kernel '" + spec_.name + "' (" + spec_.file + ":" + std::to_string(spec_.line) +
                                   "): " + fault);
+    const uint64_t completed = done.load();
+    if (stopper.flag.load() && completed < groups) {  // stopped by Ctrl-C or the time limit
+      const StopReason why = watch.reason();
+      const std::string msg = stop_message(spec_, l.limits, why, elapsed, completed, groups);
+      if (why == StopReason::Interrupt) throw Interrupted(msg);
+      throw KernelFault(msg);
+    }
   }
 
  private:
@@ -267,6 +307,7 @@ std::shared_ptr<LibraryImpl> load_cpu_library(const std::string& path) {
   auto fn = reinterpret_cast<mk_module_fn>(dlsym(mod->handle, MK_MODULE_SYMBOL));
   if (!fn) throw std::runtime_error("compiled module " + path + " has no " MK_MODULE_SYMBOL);
   mod->info = fn();
+  code_range_of(reinterpret_cast<const void*>(fn), &mod->code_lo, &mod->code_hi);
   if (auto set_rt = reinterpret_cast<mk_set_runtime_fn>(dlsym(mod->handle, MK_RUNTIME_SYMBOL))) set_rt(cpu_runtime());
   if (mod->info->abi_version != MK_ABI_VERSION)
     throw std::runtime_error("compiled module " + path + " was built for another metalkit version");

@@ -123,4 +123,16 @@ void raise_fault(const std::string& message) {
   siglongjmp(trap->env, 1);
 }
 
+bool stop_requested() {
+  const FaultTrap* trap = current_trap();
+  return trap && trap->stop && trap->stop->load(std::memory_order_relaxed);
+}
+
+void raise_stop() {
+  FaultTrap* trap = current_trap();
+  trap->armed = false;
+  trap->stopped = true;
+  siglongjmp(trap->env, 1);
+}
+
 }  // namespace mk

@@ -3,6 +3,7 @@
 // Each worker arms a trap around the code it runs; a fault jumps back to it
 // and the dispatch raises KernelFault instead of taking the process down.
 #pragma once
+#include <atomic>
 #include <csetjmp>
 #include <cstdint>
 #include <string>
@@ -16,6 +17,11 @@ struct FaultTrap {
   int code = 0;
   uintptr_t address = 0;
   bool armed = false;
+  // Stopping (stop.h): the dispatch's stop flag, the module's code (where a
+  // SIGURG may jump out), and whether the jump was a stop rather than a fault.
+  const std::atomic<bool>* stop = nullptr;
+  uintptr_t code_lo = 0, code_hi = 0;
+  bool stopped = false;
 };
 
 // Installs the process-wide SIGSEGV/SIGBUS handlers once (chaining to the
@@ -31,5 +37,10 @@ bool below_thread_stack(uintptr_t addr);
 
 // Jumps to the current trap with `message`; must be called on a thread with an armed trap.
 [[noreturn]] void raise_fault(const std::string& message);
+
+// Whether the dispatch the calling thread runs was asked to stop; raise_stop()
+// then leaves its kernel code as a fault would, but as a stop.
+bool stop_requested();
+[[noreturn]] void raise_stop();
 
 }  // namespace mk

@@ -247,6 +247,7 @@ void run_fibers(mk_thread_fn fn, void* ctx, const unsigned* position, const unsi
   g.running = true;
   uint64_t round = 0;
   while (g.live > 0) {
+    if (stop_requested()) raise_stop();  // a round ends at barriers: a loop around one stops here
     shuffle_order(g, round++);
     for (unsigned j = 0; j < n; ++j) {
       if (g.fibers[g.order[j]].state != State::Ready) continue;
@@ -293,6 +294,7 @@ void run_simt_group(mk_thread_fn fn, void* ctx, const unsigned* position, const 
   shuffle_order(g, 0);
   g.direct = true;
   for (unsigned j = 0; j < nsg; ++j) {
+    if (stop_requested()) raise_stop();
     g.current = g.order[j];
     fn(ctx, g.current);
   }

@@ -60,7 +60,10 @@ void ThreadPool::run(uint64_t total, uint64_t chunk, const Body& body) {
   chunk = std::max<uint64_t>(1, chunk);
   std::unique_lock<std::mutex> busy(busy_, std::try_to_lock);
   if (workers_.empty() || total <= chunk || !busy.owns_lock()) {
-    body(0, total);
+    for (uint64_t first = 0, last; first < total; first = last) {  // chunk by chunk here too: the body checks
+      last = first + std::min(chunk, total - first);                // for a stop between them
+      body(first, last);
+    }
     return;
   }
   {

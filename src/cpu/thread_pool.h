@@ -16,6 +16,7 @@ class ThreadPool {
   using Body = std::function<void(uint64_t first, uint64_t last)>;
   static ThreadPool& instance();
   // Calls body over [0, total) in chunks of `chunk`, in parallel; returns when all are done.
+  // A body that finds its dispatch stopped returns at once for each remaining chunk.
   void run(uint64_t total, uint64_t chunk, const Body& body);
   unsigned size() const { return unsigned(workers_.size()) + 1; }
   ~ThreadPool();
