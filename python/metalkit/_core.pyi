@@ -18,12 +18,22 @@ class Kernel:
     (inside ``metalkit.batch()``: checks the arguments and queues the call)."""
     def __call__(self, *args: Any, grid: Optional[_Dims] = None, threadgroup: Optional[_Dims] = None,
                  threadgroup_memory: Optional[Mapping[int, int]] = None, check: Optional[bool] = None,
-                 shuffle: Optional[int] = None) -> None:
+                 shuffle: Optional[int] = None, timeout: Optional[float] = None) -> None:
         """Run and wait. CPU simulator options: ``check=True`` runs every array on a copy
         ending right below an inaccessible page (an index past the end raises KernelFault naming the
         parameter; the caller's arrays are untouched); ``shuffle=seed`` runs each group's
-        threads in a seeded random order (0: index order) to expose missing barriers.
-        Defaults come from METALKIT_CHECK and METALKIT_SHUFFLE."""
+        threads in a seeded random order (0: index order) to expose missing barriers;
+        ``timeout=seconds`` stops a kernel still running after that long with a KernelFault
+        naming the kernel, the limit and how many threadgroups completed (``math.inf``: no
+        limit). Defaults come from METALKIT_CHECK, METALKIT_SHUFFLE and METALKIT_TIMEOUT.
+
+        Ctrl-C stops a kernel called from the main thread within a few tens of milliseconds and
+        raises KeyboardInterrupt at the call (or whatever the SIGINT handler raises; if it
+        raises nothing, a KernelFault). After a timeout or an interrupt the arrays the kernel
+        writes are partly written (staged copies are not copied back); the process and later
+        calls are unaffected. On Metal a committed command buffer cannot be stopped:
+        ``timeout=`` is refused with a DispatchError, METALKIT_TIMEOUT does not apply, and
+        Ctrl-C waits for the GPU."""
     @property
     def name(self) -> str: ...
     @property

@@ -46,12 +46,13 @@ def _find(name: str):
 
 def run(name: str, *args: Any, grid: Any = None, threadgroup: Any = None,
         threadgroup_memory: Optional[dict] = None, check: Optional[bool] = None,
-        shuffle: Optional[int] = None) -> None:
+        shuffle: Optional[int] = None, timeout: Optional[float] = None) -> None:
     """Run a bundled kernel by name and wait for it.
 
     ``grid`` counts threads per dimension (default: the element count of the
     first written array); ``threadgroup`` counts threads per threadgroup.
-    ``check`` and ``shuffle`` are the CPU simulator's debug options (see Kernel).
+    ``check`` and ``shuffle`` are the CPU simulator's debug options, ``timeout`` its time
+    limit in seconds (see Kernel).
 
     >>> import numpy as np, metalkit
     >>> a = np.full(5, 1.0, np.float32); b = np.full_like(a, 2.0); out = np.empty_like(a)
@@ -60,4 +61,4 @@ def run(name: str, *args: Any, grid: Any = None, threadgroup: Any = None,
     [3.0, 3.0, 3.0, 3.0, 3.0]
     """
     return _find(name)(*args, grid=grid, threadgroup=threadgroup, threadgroup_memory=threadgroup_memory,
-                       check=check, shuffle=shuffle)
+                       check=check, shuffle=shuffle, timeout=timeout)

@@ -9,6 +9,7 @@
 #include "../core/function_constants.h"
 #include "../core/gpu_dispatch.h"
 #include "../core/reflection.h"
+#include "../core/run_limits.h"
 #include "buffer.h"
 #ifdef METALKIT_HAVE_METAL
 #include "../metal/metal_backend.h"
@@ -176,6 +177,11 @@ void register_rules(py::module_& m) {
     throw py::value_error("unknown route '" + route + "'");
   });
   r.def("batch_fault_message", &batch_fault_message);
+  // A call's limits on a backend that defers (Metal) or not: (seconds, from METALKIT_TIMEOUT, interruptible).
+  r.def("run_limits", [](const std::string& kernel, std::optional<double> timeout, bool defers, bool main_thread) {
+    RunLimits l = plan_run_limits(kernel, timeout, defers, main_thread);
+    return py::make_tuple(l.timeout, l.from_env, l.interruptible);
+  });
   // decls: [(name, index, msl type name, vector width, required)]; returns {index: 8 value bytes}.
   r.def("resolve_constants", [](const std::string& kernel, const std::vector<py::tuple>& decls, py::dict constants) {
     auto d = constant_decls(decls);

@@ -239,7 +239,7 @@ class CpuKernel : public KernelImpl {
     std::atomic<uint64_t> done{0};  // groups of the chunks that completed
     Watch watch(l.limits, stopper, t0);
     ThreadPool::instance().run(groups, chunk, [&](uint64_t first, uint64_t last) {
-      if (failed.load(std::memory_order_relaxed) || stopper.flag.load(std::memory_order_relaxed)) return;
+      if (failed.load(std::memory_order_relaxed) || stopper.flag.load(std::memory_order_relaxed)) return false;
       std::string why;
       bool stopped = false;
       try {
@@ -252,9 +252,11 @@ class CpuKernel : public KernelImpl {
       if (!why.empty()) {
         std::lock_guard<std::mutex> lk(fault_lock);
         if (!failed.exchange(true)) fault = std::move(why);
-      } else if (!stopped) {
-        done.fetch_add(last - first, std::memory_order_relaxed);
+        return false;
       }
+      if (stopped) return false;
+      done.fetch_add(last - first, std::memory_order_relaxed);
+      return true;
     });
     const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     last_gpu_time_ = elapsed;

@@ -32,7 +32,10 @@ void ThreadPool::take_chunks() {
       first = next_;
       next_ += chunk_;
     }
-    (*body_)(first, std::min(first + chunk_, total_));
+    if (!(*body_)(first, std::min(first + chunk_, total_))) {
+      std::lock_guard<std::mutex> lk(m_);
+      next_ = total_;
+    }
   }
 }
 
@@ -60,9 +63,9 @@ void ThreadPool::run(uint64_t total, uint64_t chunk, const Body& body) {
   chunk = std::max<uint64_t>(1, chunk);
   std::unique_lock<std::mutex> busy(busy_, std::try_to_lock);
   if (workers_.empty() || total <= chunk || !busy.owns_lock()) {
-    for (uint64_t first = 0, last; first < total; first = last) {  // chunk by chunk here too: the body checks
-      last = first + std::min(chunk, total - first);                // for a stop between them
-      body(first, last);
+    for (uint64_t first = 0, last; first < total; first = last) {  // chunk by chunk here too, so a stop
+      last = first + std::min(chunk, total - first);                // takes effect between them
+      if (!body(first, last)) break;
     }
     return;
   }

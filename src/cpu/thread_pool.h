@@ -13,10 +13,11 @@ namespace mk {
 
 class ThreadPool {
  public:
-  using Body = std::function<void(uint64_t first, uint64_t last)>;
+  // Runs one chunk; returns false to end the job (a fault or a stop): chunks not yet
+  // taken are skipped.
+  using Body = std::function<bool(uint64_t first, uint64_t last)>;
   static ThreadPool& instance();
   // Calls body over [0, total) in chunks of `chunk`, in parallel; returns when all are done.
-  // A body that finds its dispatch stopped returns at once for each remaining chunk.
   void run(uint64_t total, uint64_t chunk, const Body& body);
   unsigned size() const { return unsigned(workers_.size()) + 1; }
   ~ThreadPool();
