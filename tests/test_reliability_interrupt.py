@@ -312,6 +312,25 @@ def test_a_timeout_on_another_thread(cache):
     assert out == ["1 True", "ok"]
 
 
+def test_a_forked_child_stops_its_kernels_too(cache):
+    # The child of a fork has no watchdog thread: its first watched call starts one.
+    out, latencies = Child(cache, """
+        lib.add(np.zeros(4, np.float32), np.zeros(4, np.float32))   # the parent's watchdog runs
+        pid = os.fork()
+        if pid == 0:
+            try:
+                lib.spin(flag, grid=1 << 16, timeout=0.2)
+            except mk.KernelFault as e:
+                say(str(e).split(": ")[1])
+            say(check_add())
+            os._exit(0)
+        say(os.waitpid(pid, 0)[1])
+        """).run()
+    assert out == ["stopped at its time limit of 0.2 s (timeout=0.2) with 0 of 256 threadgroups completed; the "
+                   "arrays it writes are partly written. Raise the limit if the kernel is only slow, or check that "
+                   "its loops end", "ok", "0"]
+
+
 @pytest.mark.parametrize("n", [0, 1, 7, 255, 257, 100_003])
 def test_a_kernel_within_a_generous_limit_gives_the_right_answer(cache, n):
     lib = mk.compile(SRC, filename="stuck.metal")

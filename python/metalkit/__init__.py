@@ -50,7 +50,9 @@ def batch() -> Batch:
     - Arguments are checked at the call: an ``ArgumentError`` or ``DispatchError``
       is raised there, before anything is queued, and the batch stays usable.
     - A ``KernelFault`` is raised when the block exits, naming the kernel; calls
-      made after a fault do not run.
+      made after a fault do not run. On the CPU simulator, where each call runs at
+      once, ``timeout=`` limits each call and a timeout is such a fault; Ctrl-C
+      raises ``KeyboardInterrupt`` at the call. Metal refuses ``timeout=``.
     - Arrays passed to calls are kept alive until the batch completes; scalars
       and structs are copied at the call. Staged arrays (strided, misaligned or,
       on Metal, host memory it cannot use in place) are copied back when the

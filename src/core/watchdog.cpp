@@ -1,10 +1,12 @@
 #include "watchdog.h"
 
+#include <pthread.h>
 #include <signal.h>
 
 #include <algorithm>
 #include <condition_variable>
 #include <mutex>
+#include <new>
 #include <thread>
 #include <vector>
 
@@ -14,7 +16,8 @@ namespace {
 
 using Clock = Watch::Clock;
 constexpr auto kTick = std::chrono::milliseconds(20);
-constexpr auto kIdle = std::chrono::seconds(2);  // nothing watched for this long: sleep until the next Watch
+constexpr auto kIdle = std::chrono::seconds(2);     // nothing watched for this long: idle,
+constexpr auto kIdleTick = std::chrono::seconds(1); // looking once a second
 
 std::atomic<uint64_t> g_interrupts{0};
 struct sigaction g_previous_sigint;  // the handler ours runs after counting
@@ -37,18 +40,34 @@ struct WatchSlot {
   enum : int { Idle, Active, Visiting };
   std::atomic<int> state{Idle};
   Watch* watch = nullptr;  // read by the watchdog only while Visiting
+  pthread_t thread = pthread_self();
 };
 
 struct Watchdog {
   std::mutex m;
   std::condition_variable cv;
   std::vector<WatchSlot*> slots;  // every thread that ever started a Watch and is still alive
-  std::atomic<bool> asleep{true};
+  std::atomic<bool> idle{true};  // a Watch that finds it set wakes the watchdog
   bool started = false;
 
   static Watchdog& get() {
-    static Watchdog* d = new Watchdog;  // never destroyed: threads end after static destruction
+    static Watchdog* d = [] {
+      pthread_atfork(nullptr, nullptr, [] { get().after_fork(); });
+      return new Watchdog;  // never destroyed: threads end after static destruction
+    }();
     return *d;
+  }
+
+  // A child process has only the thread that forked: no watchdog thread yet, and
+  // the lock made anew (another thread may have held it at the fork).
+  void after_fork() {
+    new (&m) std::mutex;
+    new (&cv) std::condition_variable;
+    started = false;
+    idle.store(true);
+    const pthread_t self = pthread_self();
+    slots.erase(std::remove_if(slots.begin(), slots.end(), [&](WatchSlot* s) { return !pthread_equal(s->thread, self); }),
+                slots.end());
   }
 
   void wake() {
@@ -58,7 +77,7 @@ struct Watchdog {
         started = true;
         std::thread([this] { loop(); }).detach();
       }
-      asleep.store(false);
+      idle.store(false, std::memory_order_relaxed);
     }
     cv.notify_one();
   }
@@ -83,26 +102,20 @@ struct Watchdog {
     return true;
   }
 
+  // Never sleeps for good: a Watch starting just as `idle` is set may miss it
+  // (no fence orders the two, to keep a call cheap) and is then seen at the next
+  // idle look, at most a second later.
   void loop() {
     std::unique_lock<std::mutex> lk(m);
-    auto idle_since = Clock::now();
+    auto last_seen = Clock::now();
     for (;;) {
       const auto now = Clock::now();
       bool any = false;
       for (WatchSlot* s : slots) any |= visit(*s, now);
-      if (any) {
-        idle_since = now;
-      } else if (now - idle_since > kIdle) {
-        // A Watch that began before `asleep` was set did not wake us: it is seen here.
-        asleep.store(true);
-        const bool active = std::any_of(slots.begin(), slots.end(),
-                                        [](WatchSlot* s) { return s->state.load() != WatchSlot::Idle; });
-        if (!active) cv.wait(lk, [&] { return !asleep.load(); });
-        asleep.store(false);
-        idle_since = Clock::now();
-        continue;
-      }
-      cv.wait_for(lk, kTick);
+      if (any) last_seen = now;
+      const bool idle_now = now - last_seen > kIdle;
+      idle.store(idle_now, std::memory_order_relaxed);
+      cv.wait_for(lk, idle_now ? kIdleTick : kTick);
     }
   }
 };
@@ -138,10 +151,10 @@ Watch::Watch(const RunLimits& limits, Stoppable& target, Clock::time_point start
   WatchSlot* s = my_slot();
   if (s->state.load(std::memory_order_relaxed) != WatchSlot::Idle) return;
   s->watch = this;
-  s->state.store(WatchSlot::Active);  // sequentially consistent with the watchdog's `asleep` (see loop)
+  s->state.store(WatchSlot::Active, std::memory_order_release);
   slot_ = s;
   Watchdog& d = Watchdog::get();
-  if (d.asleep.load()) d.wake();
+  if (d.idle.load(std::memory_order_relaxed)) d.wake();
 }
 
 Watch::~Watch() {

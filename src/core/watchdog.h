@@ -1,7 +1,8 @@
 // The watchdog: one thread that, while dispatches run, asks each to stop once
 // its time limit has passed or, for an interruptible one, once SIGINT has
-// arrived. It looks every 20 ms and sleeps when nothing has been watched for a
-// while. Watching a dispatch costs its thread two atomic operations.
+// arrived. It looks every 20 ms, and once a second when nothing has been
+// watched for two seconds. Watching a dispatch costs its thread a store and a
+// compare-and-swap.
 #pragma once
 #include <atomic>
 #include <chrono>

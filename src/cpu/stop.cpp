@@ -8,6 +8,7 @@
 
 #include <cstring>
 #include <mutex>
+#include <new>
 
 #include "fault.h"
 
@@ -95,6 +96,12 @@ KickSlot* claim_slot() {
     sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_NODEFER | SA_RESTART;
     sigemptyset(&sa.sa_mask);
     sigaction(SIGURG, &sa, &g_previous_sigurg);
+    // A child process has only the thread that forked: the other slots are free, the lock new.
+    pthread_atfork(nullptr, nullptr, [] {
+      new (&g_slots_lock) std::mutex;
+      for (KickSlot& s : g_slots)
+        if (!pthread_equal(s.thread, pthread_self())) s.used.store(false);
+    });
   });
   std::lock_guard<std::mutex> lk(g_slots_lock);
   for (KickSlot& s : g_slots)
