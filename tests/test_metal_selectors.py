@@ -27,8 +27,9 @@ deployment target (pyproject.toml) in the body of an
 marked ``API_AVAILABLE(macos(N))``, or be a ``case`` label (clang exempts those
 too); a call of such a function needs the same guard. Any other condition
 (``#else`` of a ``<`` test, ``defined(__MAC_15_0)``, ``@unavailable``) guards
-nothing here: the lint errs on the side of flagging. Names made by token
-pasting in a macro are not seen.
+nothing here: the lint errs on the side of flagging. A name in a ``#define``
+body counts where the ``#define`` stands, for the SDK check only (where it
+expands is not followed); names made by token pasting are not seen.
 """
 from __future__ import annotations
 
@@ -58,6 +59,8 @@ _TOKEN = re.compile(r"""
 _API_NAME = re.compile(r"(?:MTL|NS)[A-Z0-9]\w*")  # MTL4...: Metal 4's names
 _COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
 _DIRECTIVE = re.compile(r"^[ \t]*#(?:[^\n]*\\\n)*[^\n]*", re.M)
+_DEFINE = re.compile(r"^[ \t]*#[ \t]*define[ \t]+\w+(?:\([^)]*\))?(?P<body>(?:[^\n]*\\\n)*[^\n]*)", re.M)
+_API_NAME_IN_TEXT = re.compile(r"(?<![\w.>:])(?:MTL|NS)[A-Z0-9]\w*")  # not after '.', '->' or '::'
 _OBJC_DECL = [
     re.compile(r"\bid\s*<\s*\w+\s*>\s*(?:const\s+)?(\w+)"),                  # id<MTLDevice> device
     re.compile(r"\b(?:MTL|NS)\w*\s*<[^;]*?>\s*\*\s*(?:const\s+)?(\w+)"),    # NSArray<id<MTLDevice>>* all
@@ -437,6 +440,14 @@ def availability_uses(text: str) -> list[NameUse]:
         elif t.text in functions and toks[i + 1].text == "(":
             a = Availability(functions[t.text], (0,))
             out.append(NameUse(t.text, t.line, _problem(a, t.line, i, sdk_ranges, os_ranges, "function"), "function"))
+    # A macro's body is not tokenized with the code: its names count where the #define stands
+    # (an SDK #if around it guards them; where it expands, so whether @available does, is unknown).
+    code = _COMMENT.sub(lambda m: re.sub(r"[^\n]", " ", m.group()), text)
+    for m in _DEFINE.finditer(code):
+        for name in _API_NAME_IN_TEXT.finditer(m.group("body")):
+            line = code.count("\n", 0, m.start("body") + name.start()) + 1
+            problem = _problem(AVAILABILITY.get(name.group()), line, -1, sdk_ranges, [], "name", case=True)
+            out.append(NameUse(name.group(), line, problem))
     for u in uses_in(text, toks):
         if u.kind == "class":
             continue  # the identifier pass has it
@@ -505,6 +516,11 @@ static void compile(MTLCompileOptions* options, MTLAutoreleasedComputePipelineRe
   id<MTL4CommandQueue> queue = nil;
   [options setFastMathEnabled:YES];
 }
+#define REFLECT_ALL MTLPipelineOptionBindingInfo | \\
+                    MTLPipelineOptionBufferTypeInfo
+#if __MAC_OS_X_VERSION_MAX_ALLOWED >= 150000
+#define REFLECT MTLPipelineOptionBindingInfo
+#endif
 """
 
 
@@ -526,6 +542,7 @@ def test_lint_catches_unguarded_newer_names():
         (33, "bindings", "introduced in macOS 13.0"),                     # a newer macOS's property
         (35, "bfloat", "introduced in macOS 14.0"),                       # calls an API_AVAILABLE function
         (37, "MTL4CommandQueue", "not in tests/data/metal-api/availability*.txt"),  # Metal 4's names count
+        (40, "MTLPipelineOptionBindingInfo", "declared only from the macOS 15.0 SDK"),  # in a macro's body
     }
 
 
