@@ -16,9 +16,9 @@ annotation gives. Two files in tests/data/metal-api are written:
   lint cannot tell which class receives a message, so it flags a selector
   only when every declaration of it is newer than the deployment target.
 
-A name or selector the backend uses that the SDK lacks is reported on stderr:
-it belongs in availability-newer-sdks.txt, by hand, from a newer SDK or
-Apple's documentation.
+A name the backend uses that the SDK lacks is reported on stderr (a selector,
+by the lint): it belongs in availability-newer-sdks.txt, by hand, from a newer
+SDK or Apple's documentation.
 """
 from __future__ import annotations
 
