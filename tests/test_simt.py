@@ -669,3 +669,63 @@ def test_a_helper_and_a_kernel_sharing_a_name(device, rng):
     g = x.reshape(-1, 64)
     np.testing.assert_array_equal(out, (g[:, np.arange(64) ^ 3] * 2).ravel())
 
+
+
+# ---- the fiber fallback keeps lockstep ---------------------------------------------------------
+
+FALLBACK = """
+// A SIMD-group function on the right of && is left to per-thread fibers.
+kernel void fallback(device const float* in [[buffer(0)]], device float* out [[buffer(1)]],
+                     uint i [[thread_position_in_grid]], uint t [[thread_index_in_threadgroup]],
+                     uint l [[thread_index_in_simdgroup]], uint s [[simdgroup_index_in_threadgroup]]) {
+    threadgroup float sh[128];
+    sh[t] = in[i];
+    simdgroup_barrier(mem_flags::mem_threadgroup);
+    float x = sh[s * 32];
+    if (l == 0) sh[s * 32] = -1.0f;
+    bool all = l % 2 == 0 && simd_all(x >= 0.0f);
+    for (uint k = 0; k < l % 4; ++k) {
+        x += sh[s * 32 + (l + 1) % 32 % (k + 1)];   // lanes in their extra iterations read lane 0's -1
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    out[i] = all ? x : -x;
+}
+"""
+
+
+@pytest.mark.parametrize("n,tg", [(32, 32), (128, 64), (100, 50), (7, 7)])
+def test_the_fiber_fallback_says_why_and_keeps_lockstep(device, rng, n, tg):
+    lib = build(FALLBACK, filename="fallback.metal")
+    assert lib.fallback.execution == "fibers: a SIMD-group function on the right of '&&' (fallback.metal:13)"
+    x = rng.random(n, dtype=np.float32)
+    out = np.zeros(n, np.float32)
+    lib.fallback(x, out, threadgroup=tg)
+    want = np.zeros(n, np.float32)
+    for a, b in simd_slices(n, tg):
+        lanes = np.arange(b - a)
+        sh = x[a:b].copy()
+        first = sh[0]
+        sh[0] = -1.0
+        acc = np.full(b - a, first, np.float32)
+        for j, lane in enumerate(lanes):
+            for k in range(lane % 4):
+                acc[j] += sh[(lane + 1) % 32 % (k + 1)]
+        want[a:b] = np.where(lanes % 2 == 0, acc, -acc)
+    np.testing.assert_array_equal(out, want)
+
+
+def test_the_minimal_case_under_the_fallback(device):
+    lib = build("""
+    kernel void minimal_fallback(device float* out [[buffer(0)]], uint l [[thread_index_in_simdgroup]]) {
+        threadgroup float sh[32];
+        sh[l] = 1.0f;
+        simdgroup_barrier(mem_flags::mem_threadgroup);
+        float x = sh[0];
+        if (l == 0) sh[0] = 100.0f;
+        out[l] = x;
+        if (l > 64 && simd_any(x > 0.0f)) out[l] = 0.0f;
+    }""")
+    assert lib.minimal_fallback.execution.startswith("fibers: a SIMD-group function on the right of '&&'")
+    out = np.zeros(32, np.float32)
+    lib.minimal_fallback(out, grid=32, threadgroup=32)
+    assert out.tolist() == [1.0] * 32

@@ -134,13 +134,18 @@ void block(State s, const char* file, int line, int column) {
 }
 
 // Completes one SIMD rendezvous in SIMD-group sg if all its live threads wait; returns whether it did.
+// Of several sites, the earliest in the source goes first ("min-PC"): lanes that are behind
+// (a loop's next iteration, the other side of a branch) catch up before any lane goes on.
 bool resolve_simd(Group& g, unsigned sg) {
   unsigned first = sg * 32, last = std::min(g.n, first + 32);
   int site = -1;
   for (unsigned i = first; i < last; ++i) {
-    State s = g.fibers[i].state;
-    if (s == State::Ready) return false;  // still running towards something
-    if (s == State::AtSimd && site < 0) site = int(i);
+    const Fiber& f = g.fibers[i];
+    if (f.state == State::Ready) return false;  // still running towards something
+    if (f.state == State::AtSimd &&
+        (site < 0 || f.line < g.fibers[site].line ||
+         (f.line == g.fibers[site].line && f.column < g.fibers[site].column)))
+      site = int(i);
   }
   if (site < 0) return false;
   const Fiber& lead = g.fibers[site];
