@@ -729,3 +729,22 @@ def test_the_minimal_case_under_the_fallback(device):
     out = np.zeros(32, np.float32)
     lib.minimal_fallback(out, grid=32, threadgroup=32)
     assert out.tolist() == [1.0] * 32
+
+
+def test_a_function_pointer_template_parameter_of_a_helper(device, rng):
+    lib = build("""
+    static float cube(float v) { return v * v * v; }
+
+    template <float (*f)(float), int N = 2>
+    float sum_of(float v) { return simd_sum(f(v)) * float(N); }
+
+    kernel void fn_pointer_param(device const float* in [[buffer(0)]], device float* out [[buffer(1)]],
+                                 uint i [[thread_position_in_grid]]) {
+        out[i] = sum_of<cube>(in[i]);
+    }""")
+    assert lib.fn_pointer_param.execution == "simt"
+    x = rng.random(50, dtype=np.float32)
+    out = np.zeros(50, np.float32)
+    lib.fn_pointer_param(x, out, threadgroup=50)
+    want = np.concatenate([np.repeat((x[a:b] ** 3).sum(dtype=np.float32) * 2, b - a) for a, b in simd_slices(50, 50)])
+    np.testing.assert_allclose(out, want, rtol=1e-5)
