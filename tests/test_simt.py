@@ -748,3 +748,26 @@ def test_a_function_pointer_template_parameter_of_a_helper(device, rng):
     lib.fn_pointer_param(x, out, threadgroup=50)
     want = np.concatenate([np.repeat((x[a:b] ** 3).sum(dtype=np.float32) * 2, b - a) for a, b in simd_slices(50, 50)])
     np.testing.assert_allclose(out, want, rtol=1e-5)
+
+
+def test_a_local_written_through_a_function_pointer(device, rng):
+    lib = build("""
+    static void twice(device const float* p, short k, thread float& out) { out = p[k] * 2.0f; }
+
+    template <short N, void (*load)(device const float*, short, thread float&)>
+    void sum_loaded(device const float* in, device float* out, uint i) {
+        float v;
+        load(in + i, 0, v);                  // v differs between lanes: written through the pointer
+        out[i] = simd_sum(v) * float(N);
+    }
+
+    kernel void fn_template_arg(device const float* in [[buffer(0)]], device float* out [[buffer(1)]],
+                                uint i [[thread_position_in_grid]]) {
+        sum_loaded<3, twice>(in, out, i);
+    }""")
+    assert lib.fn_template_arg.execution == "simt"
+    x = rng.random(64, dtype=np.float32)
+    out = np.zeros(64, np.float32)
+    lib.fn_template_arg(x, out, threadgroup=64)
+    want = np.concatenate([np.repeat((x[a:b] * 2).sum(dtype=np.float32) * 3, b - a) for a, b in simd_slices(64, 64)])
+    np.testing.assert_allclose(out, want, rtol=1e-6)

@@ -138,9 +138,11 @@ def _body(unit: Unit, f: FnDef, names):
 
 
 def _ref_params(unit: Unit, by_name: dict) -> dict[str, set[int]]:
-    """User function name -> positions where some overload takes a non-const reference (it may write the argument)."""
+    """User function name -> positions where some overload takes a non-const reference (it may write the argument);
+    every user function has an entry (a callee without one may write any argument it can)."""
     out: dict[str, set[int]] = {}
     for name, fs in by_name.items():
+        out.setdefault(name, set())
         for f in fs:
             lparen = f.name_at + 1
             if unit.toks[lparen].text != "(":
