@@ -6,7 +6,8 @@ lane's store, lanes that took a branch waiting for the others to reconverge.
 SIMD-groups of a threadgroup are not synchronised with each other between
 threadgroup_barriers. Threads that returned no longer take part in a barrier.
 Kernels here rely on exactly that (no simdgroup_barrier would save them on a
-simulator that lets a lane run ahead), and each checks `Kernel.execution`.
+simulator that lets a lane run ahead). Each runs under the SIMT model and under
+the per-thread fiber fallback, and checks `Kernel.execution` says which.
 """
 from __future__ import annotations
 
@@ -15,6 +16,22 @@ import pytest
 
 import metalkit as mk
 from conftest import build
+
+# Every kernel runs under both models: as written (SIMT), and made to run a fiber per thread by a
+# construct the SIMT transform leaves to that fallback (a SIMD-group function on the right of &&).
+MODELS = ["simt", "fibers"]
+FORCE_FIBERS = " if (never_taken > 1u && simd_any(true)) return;"
+
+
+def build_as(src: str, filename: str, model: str):
+    """src's kernels under one execution model (the lines stay where they are)."""
+    if model == "fibers":
+        src = "constant uint never_taken = 0;" + src.replace("]]) {", "]]) {" + FORCE_FIBERS)
+    return build(src, filename=filename)
+
+
+def check_model(kernel, model):
+    assert kernel.execution.split(":")[0] == model, kernel.execution
 
 # ---- lockstep reads and writes of threadgroup memory -------------------------------------------
 
@@ -68,11 +85,46 @@ kernel void shifts(device const float* in [[buffer(0)]], device float* out [[buf
     simdgroup_barrier(mem_flags::mem_threadgroup);
     out[i] = sh[t];
 }
+
+// Each SIMD-group keeps a running max and sum of exp over its chunks; every lane reads the whole
+// chunk from threadgroup memory, then lane 0 overwrites it (the next chunk, and at the end the
+// SIMD-group's sum and max for the combine) with no barrier in between, as attention kernels
+// for LLM decoding do.
+kernel void logsumexp(device const float* x [[buffer(0)]], device float* out [[buffer(1)]],
+                      constant uint& n [[buffer(2)]],
+                      uint l [[thread_index_in_simdgroup]], uint s [[simdgroup_index_in_threadgroup]],
+                      uint nsg [[simdgroups_per_threadgroup]]) {
+    threadgroup float scratch[32 * 32];
+    threadgroup float* row = scratch + 32 * s;
+    float M = -INFINITY, S = 0.0f;
+    for (uint c = s * 32; c < n; c += nsg * 32) {
+        const float v = c + l < n ? x[c + l] : -INFINITY;
+        row[l] = v;
+        simdgroup_barrier(mem_flags::mem_threadgroup);
+        const float m = max(M, simd_max(v));
+        float e = 0.0f;
+        for (uint k = 0; k < 32; ++k) e += exp(row[k] - m);
+        S = S * exp(M - m) + e;
+        M = m;
+    }
+    if (l == 0) {
+        row[0] = S;
+        row[1] = M;
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    if (s == 0 && l == 0) {
+        float top = -INFINITY;
+        for (uint j = 0; j < nsg; ++j) top = max(top, scratch[32 * j + 1]);
+        float total = 0.0f;
+        for (uint j = 0; j < nsg; ++j) total += scratch[32 * j] * exp(scratch[32 * j + 1] - top);
+        out[0] = top + log(total);
+    }
+}
 """
 
 
-def lockstep_lib():
-    return build(LOCKSTEP, filename="lockstep.metal")
+def lockstep_lib(model):
+    return build_as(LOCKSTEP, "lockstep.metal", model)
 
 
 def simd_slices(n, tg):
@@ -83,9 +135,10 @@ def simd_slices(n, tg):
             yield g0 + s0, g0 + min(size, s0 + 32)
 
 
-def test_the_minimal_lockstep_case(device):
-    lib = lockstep_lib()
-    assert lib.minimal.execution == "simt"
+@pytest.mark.parametrize("model", MODELS)
+def test_the_minimal_lockstep_case(device, model):
+    lib = lockstep_lib(model)
+    check_model(lib.minimal, model)
     out = np.zeros(32, np.float32)
     lib.minimal(out, grid=32, threadgroup=32)
     assert out.tolist() == [1.0] * 32
@@ -93,8 +146,9 @@ def test_the_minimal_lockstep_case(device):
 
 @pytest.mark.parametrize("n,tg,reps", [(32, 32, 1), (128, 64, 1), (200, 40, 1), (77, 64, 1), (1, 1, 1),
                                        (192, 96, 5), (100, 32, 3)])
-def test_lanes_read_before_lane_zero_overwrites(device, rng, n, tg, reps):
-    lib = lockstep_lib()
+@pytest.mark.parametrize("model", MODELS)
+def test_lanes_read_before_lane_zero_overwrites(device, model, rng, n, tg, reps):
+    lib = lockstep_lib(model)
     x = rng.random(n, dtype=np.float32)
     out = np.zeros(n, np.float32)
     lib.first_of_simdgroup(x, out, reps, threadgroup=tg)
@@ -109,9 +163,10 @@ def test_lanes_read_before_lane_zero_overwrites(device, rng, n, tg, reps):
 
 @pytest.mark.parametrize("op", [0, 1, 2, 3])
 @pytest.mark.parametrize("n,tg", [(128, 64), (90, 45), (32, 32)])
-def test_statements_read_every_lane_before_storing(device, rng, op, n, tg):
-    lib = lockstep_lib()
-    assert lib.shifts.execution == "simt"
+@pytest.mark.parametrize("model", MODELS)
+def test_statements_read_every_lane_before_storing(device, model, rng, op, n, tg):
+    lib = lockstep_lib(model)
+    check_model(lib.shifts, model)
     x = rng.random(n, dtype=np.float32)
     out = np.zeros(n, np.float32)
     lib.shifts(x, out, op, threadgroup=tg)
@@ -129,6 +184,18 @@ def test_statements_read_every_lane_before_storing(device, rng, op, n, tg):
             want[a:a + pairs] = seg[:pairs].reshape(-1, 2)[:, ::-1].ravel()
             want[a + pairs:b] = out[a + pairs:b]
     np.testing.assert_array_equal(out, want)
+
+
+@pytest.mark.parametrize("n,tg", [(1, 32), (31, 64), (1000, 256), (5000, 96), (64, 1024)])
+@pytest.mark.parametrize("model", MODELS)
+def test_lanes_read_a_chunk_before_lane_zero_overwrites_it(device, model, rng, n, tg):
+    lib = lockstep_lib(model)
+    check_model(lib.logsumexp, model)
+    x = (rng.standard_normal(n) * 4).astype(np.float32)
+    out = np.zeros(1, np.float32)
+    lib.logsumexp(x, out, n, grid=tg, threadgroup=tg)
+    x64 = x.astype(np.float64)
+    np.testing.assert_allclose(out[0], x64.max() + np.log(np.exp(x64 - x64.max()).sum()), rtol=1e-5)
 
 
 # ---- the warp-synchronous tail of a tree reduction --------------------------------------------
@@ -161,9 +228,10 @@ kernel void reduce_ws(device const float* in [[buffer(0)]], device float* out [[
 
 
 @pytest.mark.parametrize("n,tg", [(256, 256), (100000, 256), (1000, 128), (4097, 64)])
-def test_warp_synchronous_reduction_tail(device, rng, n, tg):
-    lib = build(REDUCE, filename="reduce.metal")
-    assert lib.reduce_ws.execution == "simt"
+@pytest.mark.parametrize("model", MODELS)
+def test_warp_synchronous_reduction_tail(device, model, rng, n, tg):
+    lib = build_as(REDUCE, "reduce.metal", model)
+    check_model(lib.reduce_ws, model)
     # Small integers: every order of summation gives the exact sum.
     x = rng.integers(0, 1000, n).astype(np.float32)
     groups = -(-n // tg)
@@ -210,14 +278,15 @@ kernel void return_in_loop(device const float* in [[buffer(0)]], device float* o
 """
 
 
-def ret_lib():
-    return build(RETURNS, filename="returns.metal")
+def ret_lib(model):
+    return build_as(RETURNS, "returns.metal", model)
 
 
 @pytest.mark.parametrize("n,tg", [(100, 64), (1, 32), (33, 64), (250, 96), (96, 96), (65, 96)])
-def test_out_of_range_threads_return_before_a_barrier(device, rng, n, tg):
-    lib = ret_lib()
-    assert lib.return_first.execution == "simt"
+@pytest.mark.parametrize("model", MODELS)
+def test_out_of_range_threads_return_before_a_barrier(device, model, rng, n, tg):
+    lib = ret_lib(model)
+    check_model(lib.return_first, model)
     x = rng.random(n, dtype=np.float32)
     groups = -(-n // tg)
     out = np.full(groups * tg, -1.0, np.float32)
@@ -231,9 +300,10 @@ def test_out_of_range_threads_return_before_a_barrier(device, rng, n, tg):
 
 
 @pytest.mark.parametrize("n,tg", [(100, 64), (256, 128), (70, 32), (5, 96)])
-def test_threads_return_from_inside_a_loop_with_barriers(device, rng, n, tg):
-    lib = ret_lib()
-    assert lib.return_in_loop.execution == "simt"
+@pytest.mark.parametrize("model", MODELS)
+def test_threads_return_from_inside_a_loop_with_barriers(device, model, rng, n, tg):
+    lib = ret_lib(model)
+    check_model(lib.return_in_loop, model)
     x = rng.random(n, dtype=np.float32)
     groups = -(-n // tg)
     out = np.zeros(groups * tg, np.float32)
@@ -369,8 +439,8 @@ kernel void shuffles(device const float* in [[buffer(0)]], device float* out [[b
 """
 
 
-def diverge_lib():
-    return build(DIVERGE, filename="diverge.metal")
+def diverge_lib(model):
+    return build_as(DIVERGE, "diverge.metal", model)
 
 
 def per_simdgroup(n, tg, fn):
@@ -383,9 +453,10 @@ N_TG = [(64, 64), (100, 40), (45, 45), (96, 32)]
 
 
 @pytest.mark.parametrize("n,tg", N_TG)
-def test_nested_branches_on_lane_values(device, rng, n, tg):
-    lib = diverge_lib()
-    assert lib.nested_if.execution == "simt"
+@pytest.mark.parametrize("model", MODELS)
+def test_nested_branches_on_lane_values(device, model, rng, n, tg):
+    lib = diverge_lib(model)
+    check_model(lib.nested_if, model)
     x = rng.random(n, dtype=np.float32)
     out = np.zeros(n, np.float32)
     lib.nested_if(x, out, threadgroup=tg)
@@ -403,9 +474,10 @@ def test_nested_branches_on_lane_values(device, rng, n, tg):
 
 
 @pytest.mark.parametrize("n,tg", N_TG)
-def test_switch_with_fallthrough_on_lane_values(device, rng, n, tg):
-    lib = diverge_lib()
-    assert lib.fallthrough.execution == "simt"
+@pytest.mark.parametrize("model", MODELS)
+def test_switch_with_fallthrough_on_lane_values(device, model, rng, n, tg):
+    lib = diverge_lib(model)
+    check_model(lib.fallthrough, model)
     x = rng.random(n, dtype=np.float32)
     out = np.zeros(n, np.float32)
     lib.fallthrough(x, out, threadgroup=tg)
@@ -426,9 +498,10 @@ def test_switch_with_fallthrough_on_lane_values(device, rng, n, tg):
 
 @pytest.mark.parametrize("kind", [0, 1, 2])
 @pytest.mark.parametrize("n,tg", N_TG)
-def test_loops_with_per_lane_trip_counts(device, rng, kind, n, tg):
-    lib = diverge_lib()
-    assert lib.lane_loops.execution == "simt"
+@pytest.mark.parametrize("model", MODELS)
+def test_loops_with_per_lane_trip_counts(device, model, rng, kind, n, tg):
+    lib = diverge_lib(model)
+    check_model(lib.lane_loops, model)
     x = rng.random(n, dtype=np.float32)
     out = np.zeros(n, np.float32)
     lib.lane_loops(x, out, kind, threadgroup=tg)
@@ -457,9 +530,10 @@ def test_loops_with_per_lane_trip_counts(device, rng, kind, n, tg):
 
 
 @pytest.mark.parametrize("n,tg", N_TG)
-def test_early_return_inside_a_helper(device, rng, n, tg):
-    lib = diverge_lib()
-    assert lib.helper_returns.execution == "simt"
+@pytest.mark.parametrize("model", MODELS)
+def test_early_return_inside_a_helper(device, model, rng, n, tg):
+    lib = diverge_lib(model)
+    check_model(lib.helper_returns, model)
     x = rng.random(n, dtype=np.float32)
     out = np.zeros(n, np.float32)
     lib.helper_returns(x, out, threadgroup=tg)
@@ -473,9 +547,10 @@ def test_early_return_inside_a_helper(device, rng, n, tg):
 
 
 @pytest.mark.parametrize("n,tg", N_TG)
-def test_ternaries_with_side_effects(device, rng, n, tg):
-    lib = diverge_lib()
-    assert lib.ternary_effects.execution == "simt"
+@pytest.mark.parametrize("model", MODELS)
+def test_ternaries_with_side_effects(device, model, rng, n, tg):
+    lib = diverge_lib(model)
+    check_model(lib.ternary_effects, model)
     x = rng.random(n, dtype=np.float32)
     count = rng.integers(0, 100, n).astype(np.int32)
     before = count.copy()
@@ -494,9 +569,10 @@ def test_ternaries_with_side_effects(device, rng, n, tg):
 
 
 @pytest.mark.parametrize("n,tg", N_TG)
-def test_short_circuit_operators_with_stores(device, rng, n, tg):
-    lib = diverge_lib()
-    assert lib.short_circuit_store.execution == "simt"
+@pytest.mark.parametrize("model", MODELS)
+def test_short_circuit_operators_with_stores(device, model, rng, n, tg):
+    lib = diverge_lib(model)
+    check_model(lib.short_circuit_store, model)
     x = rng.random(n, dtype=np.float32)
     seen = rng.random(n, dtype=np.float32) + 5
     before = seen.copy()
@@ -514,9 +590,10 @@ def test_short_circuit_operators_with_stores(device, rng, n, tg):
 
 
 @pytest.mark.parametrize("n,tg", N_TG)
-def test_ballot_and_votes_exclude_inactive_lanes(device, rng, n, tg):
-    lib = diverge_lib()
-    assert lib.ballots.execution == "simt"
+@pytest.mark.parametrize("model", MODELS)
+def test_ballot_and_votes_exclude_inactive_lanes(device, model, rng, n, tg):
+    lib = diverge_lib(model)
+    check_model(lib.ballots, model)
     x = rng.random(n, dtype=np.float32)
     out = np.zeros(n, np.uint32)
     lib.ballots(x, out, threadgroup=tg)
@@ -535,9 +612,10 @@ def test_ballot_and_votes_exclude_inactive_lanes(device, rng, n, tg):
 
 
 @pytest.mark.parametrize("n,tg", [(64, 64), (96, 32), (256, 128)])
-def test_shuffles_read_lanes_that_diverged(device, rng, n, tg):
-    lib = diverge_lib()
-    assert lib.shuffles.execution == "simt"
+@pytest.mark.parametrize("model", MODELS)
+def test_shuffles_read_lanes_that_diverged(device, model, rng, n, tg):
+    lib = diverge_lib(model)
+    check_model(lib.shuffles, model)
     x = rng.random(n, dtype=np.float32)
     out = np.zeros(n, np.float32)
     lib.shuffles(x, out, threadgroup=tg)
@@ -569,9 +647,34 @@ struct Acc {
 
 template <typename T>
 struct Ops {
-    static T pair(threadgroup T* s, uint t, T v) { return neighbour_sum<T, 2>(s, t, v); }
+    static T across(threadgroup T* s, uint t, T v) { return neighbour_sum<T, 32>(s, t, v); }
     static T prefix(T v) { return simd_prefix_inclusive_sum(v); }
 };
+
+// Functions passed as template arguments to helpers that reach SIMD-group functions.
+static float cube(float v) { return v * v * v; }
+
+template <float (*f)(float), int N = 2>
+float sum_of(float v) { return simd_sum(f(v)) * float(N); }
+
+kernel void fn_pointer_param(device const float* in [[buffer(0)]], device float* out [[buffer(1)]],
+                             uint i [[thread_position_in_grid]]) {
+    out[i] = sum_of<cube>(in[i]);
+}
+
+static void twice(device const float* p, short k, thread float& out) { out = p[k] * 2.0f; }
+
+template <short N, void (*load)(device const float*, short, thread float&)>
+void sum_loaded(device const float* in, device float* out, uint i) {
+    float v;
+    load(in + i, 0, v);
+    out[i] = simd_sum(v) * float(N);
+}
+
+kernel void fn_template_arg(device const float* in [[buffer(0)]], device float* out [[buffer(1)]],
+                            uint i [[thread_position_in_grid]]) {
+    sum_loaded<3, twice>(in, out, i);
+}
 
 // A helper and a kernel of the same name: the kernel is found, the helper's barrier too.
 static float scaled(threadgroup float* s, uint t, float v) {
@@ -584,8 +687,8 @@ static float group_sum(float v) { return simd_sum(v); }
 
 kernel void templates(device const float* in [[buffer(0)]], device float* out [[buffer(1)]],
                       uint i [[thread_position_in_grid]], uint t [[thread_index_in_threadgroup]]) {
-    threadgroup float s[64];
-    out[i] = neighbour_sum(s, t, in[i]) + 10.0f * Ops<float>::pair(s, t, in[i]);
+    threadgroup float s[128];
+    out[i] = neighbour_sum(s, t, in[i]) + 10.0f * Ops<float>::across(s, t, in[i]);
 }
 
 kernel void methods(device const float* in [[buffer(0)]], device float* out [[buffer(1)]],
@@ -613,31 +716,36 @@ kernel void scaled(device const float* in [[buffer(0)]], device float* out [[buf
 """
 
 
-def helper_lib():
-    return build(HELPERS, filename="helpers.metal")
+def helper_lib(model):
+    return build_as(HELPERS, "helpers.metal", model)
 
 
-def test_barriers_reached_through_helpers_are_detected(device):
-    lib = helper_lib()
-    for name in ("templates", "methods", "two_branches", "scaled"):
-        assert getattr(lib, name).execution == "simt", name
+@pytest.mark.parametrize("model", MODELS)
+def test_barriers_reached_through_helpers_are_detected(device, model):
+    lib = helper_lib(model)
+    for name in ("templates", "methods", "two_branches", "scaled", "fn_pointer_param", "fn_template_arg"):
+        check_model(getattr(lib, name), model)
 
 
-@pytest.mark.parametrize("n,tg", [(128, 64), (64, 32), (8, 8)])
-def test_template_helpers_with_default_arguments(device, rng, n, tg):
-    lib = helper_lib()
+@pytest.mark.parametrize("n,tg", [(128, 64), (256, 128), (64, 64)])
+@pytest.mark.parametrize("seed", [0, 7])
+@pytest.mark.parametrize("model", MODELS)
+def test_template_helpers_with_default_arguments(device, model, rng, n, tg, seed):
+    # Lanes read the other SIMD-group's slots: right only if the helpers' barriers hold.
+    lib = helper_lib(model)
     x = rng.random(n, dtype=np.float32)
     out = np.zeros(n, np.float32)
-    lib.templates(x, out, threadgroup=tg)
+    lib.templates(x, out, threadgroup=tg, shuffle=seed)
     g = x.reshape(-1, tg)
     t = np.arange(tg)
-    want = (g + g[:, t ^ 1]) + 10 * (g + g[:, t ^ 2])
+    want = (g + g[:, t ^ 1]) + 10 * (g + g[:, t ^ 32])
     np.testing.assert_allclose(out, want.ravel(), rtol=1e-6)
 
 
 @pytest.mark.parametrize("n,tg", [(64, 64), (100, 50), (7, 7)])
-def test_methods_and_static_members_of_class_templates(device, rng, n, tg):
-    lib = helper_lib()
+@pytest.mark.parametrize("model", MODELS)
+def test_methods_and_static_members_of_class_templates(device, model, rng, n, tg):
+    lib = helper_lib(model)
     x = rng.random(n, dtype=np.float32)
     out = np.zeros(n, np.float32)
     lib.methods(x, out, threadgroup=tg)
@@ -649,8 +757,9 @@ def test_methods_and_static_members_of_class_templates(device, rng, n, tg):
 
 
 @pytest.mark.parametrize("n,tg", [(64, 64), (40, 40), (96, 96)])
-def test_one_helper_called_from_two_branches(device, rng, n, tg):
-    lib = helper_lib()
+@pytest.mark.parametrize("model", MODELS)
+def test_one_helper_called_from_two_branches(device, model, rng, n, tg):
+    lib = helper_lib(model)
     x = rng.random(n, dtype=np.float32)
     out = np.zeros(n, np.float32)
     lib.two_branches(x, out, threadgroup=tg)
@@ -661,8 +770,9 @@ def test_one_helper_called_from_two_branches(device, rng, n, tg):
     np.testing.assert_allclose(out, want, rtol=1e-6)
 
 
-def test_a_helper_and_a_kernel_sharing_a_name(device, rng):
-    lib = helper_lib()
+@pytest.mark.parametrize("model", MODELS)
+def test_a_helper_and_a_kernel_sharing_a_name(device, model, rng):
+    lib = helper_lib(model)
     x = rng.random(256, dtype=np.float32)
     out = np.zeros(256, np.float32)
     lib.scaled(x, out, threadgroup=64)
@@ -683,12 +793,13 @@ kernel void fallback(device const float* in [[buffer(0)]], device float* out [[b
     simdgroup_barrier(mem_flags::mem_threadgroup);
     float x = sh[s * 32];
     if (l == 0) sh[s * 32] = -1.0f;
-    bool all = l % 2 == 0 && simd_all(x >= 0.0f);
+    bool all = l % 2 == 0 && simd_all(in[i] > 0.02f);    // over the even lanes only
+    bool any = l % 3 == 0 || simd_any(in[i] > 0.9f);     // over the lanes l % 3 != 0 only
     for (uint k = 0; k < l % 4; ++k) {
         x += sh[s * 32 + (l + 1) % 32 % (k + 1)];   // lanes in their extra iterations read lane 0's -1
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
-    out[i] = all ? x : -x;
+    out[i] = (all ? x : -x) + (any ? 1000.0f : 0.0f);
 }
 """
 
@@ -710,7 +821,11 @@ def test_the_fiber_fallback_says_why_and_keeps_lockstep(device, rng, n, tg):
         for j, lane in enumerate(lanes):
             for k in range(lane % 4):
                 acc[j] += sh[(lane + 1) % 32 % (k + 1)]
-        want[a:b] = np.where(lanes % 2 == 0, acc, -acc)
+        v = x[a:b]
+        even, rest = lanes % 2 == 0, lanes % 3 != 0
+        all_ = even & (v[even] > 0.02).all()
+        any_ = ~rest | (v[rest] > 0.9).any()
+        want[a:b] = np.where(all_, acc, -acc) + np.where(any_, 1000, 0)
     np.testing.assert_array_equal(out, want)
 
 
@@ -731,43 +846,168 @@ def test_the_minimal_case_under_the_fallback(device):
     assert out.tolist() == [1.0] * 32
 
 
-def test_a_function_pointer_template_parameter_of_a_helper(device, rng):
-    lib = build("""
-    static float cube(float v) { return v * v * v; }
-
-    template <float (*f)(float), int N = 2>
-    float sum_of(float v) { return simd_sum(f(v)) * float(N); }
-
-    kernel void fn_pointer_param(device const float* in [[buffer(0)]], device float* out [[buffer(1)]],
-                                 uint i [[thread_position_in_grid]]) {
-        out[i] = sum_of<cube>(in[i]);
-    }""")
-    assert lib.fn_pointer_param.execution == "simt"
-    x = rng.random(50, dtype=np.float32)
-    out = np.zeros(50, np.float32)
-    lib.fn_pointer_param(x, out, threadgroup=50)
-    want = np.concatenate([np.repeat((x[a:b] ** 3).sum(dtype=np.float32) * 2, b - a) for a, b in simd_slices(50, 50)])
+@pytest.mark.parametrize("n,tg", [(64, 64), (50, 50)])
+@pytest.mark.parametrize("model", MODELS)
+def test_a_function_pointer_template_parameter_of_a_helper(device, model, rng, n, tg):
+    lib = helper_lib(model)
+    x = rng.random(n, dtype=np.float32)
+    out = np.zeros(n, np.float32)
+    lib.fn_pointer_param(x, out, threadgroup=tg)
+    want = np.zeros(n, np.float32)
+    for a, b in simd_slices(n, tg):
+        want[a:b] = (x[a:b] ** 3).sum(dtype=np.float32) * 2
     np.testing.assert_allclose(out, want, rtol=1e-5)
 
 
-def test_a_local_written_through_a_function_pointer(device, rng):
-    lib = build("""
-    static void twice(device const float* p, short k, thread float& out) { out = p[k] * 2.0f; }
-
-    template <short N, void (*load)(device const float*, short, thread float&)>
-    void sum_loaded(device const float* in, device float* out, uint i) {
-        float v;
-        load(in + i, 0, v);                  // v differs between lanes: written through the pointer
-        out[i] = simd_sum(v) * float(N);
-    }
-
-    kernel void fn_template_arg(device const float* in [[buffer(0)]], device float* out [[buffer(1)]],
-                                uint i [[thread_position_in_grid]]) {
-        sum_loaded<3, twice>(in, out, i);
-    }""")
-    assert lib.fn_template_arg.execution == "simt"
-    x = rng.random(64, dtype=np.float32)
-    out = np.zeros(64, np.float32)
-    lib.fn_template_arg(x, out, threadgroup=64)
-    want = np.concatenate([np.repeat((x[a:b] * 2).sum(dtype=np.float32) * 3, b - a) for a, b in simd_slices(64, 64)])
+@pytest.mark.parametrize("n,tg", [(64, 64), (50, 50)])
+@pytest.mark.parametrize("model", MODELS)
+def test_a_local_written_through_a_function_pointer(device, model, rng, n, tg):
+    lib = helper_lib(model)
+    x = rng.random(n, dtype=np.float32)
+    out = np.zeros(n, np.float32)
+    lib.fn_template_arg(x, out, threadgroup=tg)
+    want = np.zeros(n, np.float32)
+    for a, b in simd_slices(n, tg):
+        want[a:b] = (x[a:b] * 2).sum(dtype=np.float32) * 3
     np.testing.assert_allclose(out, want, rtol=1e-6)
+
+
+# ---- faults under every execution model --------------------------------------------------------
+
+FAULTS = """
+kernel void sites_by_simdgroup(device float* x [[buffer(0)]], uint t [[thread_index_in_threadgroup]]) {
+    if (t < 32) {
+        threadgroup_barrier(mem_flags::mem_threadgroup);
+    } else {
+        threadgroup_barrier(mem_flags::mem_threadgroup);
+    }
+    x[t] = 1.0f;
+}
+
+kernel void divergent_sites(device float* x [[buffer(0)]], uint t [[thread_index_in_threadgroup]]) {
+    if (t < 40) {
+        threadgroup_barrier(mem_flags::mem_threadgroup);
+    } else {
+        threadgroup_barrier(mem_flags::mem_threadgroup);
+    }
+    x[t] = 1.0f;
+}
+
+kernel void divergent_in_simdgroup(device float* x [[buffer(0)]], uint t [[thread_index_in_threadgroup]]) {
+    if (t % 2 == 0) {
+        threadgroup_barrier(mem_flags::mem_threadgroup);
+    }
+    x[t] = 2.0f;
+}
+
+kernel void out_of_bounds(device const float* a [[buffer(0)]], device float* out [[buffer(1)]],
+                          uint i [[thread_position_in_grid]], uint l [[thread_index_in_simdgroup]]) {
+    float s = simd_sum(a[i]);
+    out[i] = s + a[i + 1];          // the last thread reads one past the end
+}
+
+kernel void out_of_bounds_loop(device const float* a [[buffer(0)]], device float* out [[buffer(1)]],
+                               uint i [[thread_position_in_grid]]) {
+    out[i] = a[i] * 2.0f + a[i + 1];
+}
+
+kernel void missing_barrier(device const float* x [[buffer(0)]], device float* out [[buffer(1)]],
+                            threadgroup float* tmp [[threadgroup(0)]],
+                            uint i [[thread_position_in_grid]], uint t [[thread_index_in_threadgroup]],
+                            uint n [[threads_per_threadgroup]]) {
+    tmp[t] = x[i];
+    // a threadgroup_barrier belongs here: the next SIMD-group's slot may not be written yet
+    float right = tmp[(t + 32) % n];
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    out[i] = right;
+}
+"""
+def fault_lib(model):
+    return build_as(FAULTS, "faults.metal", model)
+
+
+@pytest.mark.parametrize("device", ["cpu"], indirect=True)  # faults a GPU cannot name
+@pytest.mark.parametrize("model", MODELS)
+def test_simdgroups_waiting_at_different_barriers_fault(device, model):
+    lib = fault_lib(model)
+    check_model(lib.sites_by_simdgroup, model)
+    x = np.zeros(48, np.float32)
+    with pytest.raises(mk.KernelFault) as e:
+        lib.sites_by_simdgroup(x, threadgroup=48)
+    assert str(e.value) == ("kernel 'sites_by_simdgroup' (faults.metal:4): divergent barrier in threadgroup (0, 0, 0): "
+                            "threads wait at different threadgroup_barrier calls, faults.metal:6 (threads 0-31) and "
+                            "faults.metal:8 (threads 32-47); every thread of a threadgroup must reach the same barrier")
+    assert not x.any()
+
+
+@pytest.mark.parametrize("device", ["cpu"], indirect=True)
+@pytest.mark.parametrize("model", MODELS)
+def test_threads_waiting_at_different_barriers_fault(device, model):
+    lib = fault_lib(model)
+    check_model(lib.divergent_sites, model)
+    x = np.zeros(64, np.float32)
+    with pytest.raises(mk.KernelFault) as e:
+        lib.divergent_sites(x, threadgroup=64)
+    # Both models name the same threads and line: threads 40-63 took the other branch while the
+    # rest of their SIMD-group waits at the first barrier.
+    assert str(e.value) == ("kernel 'divergent_sites' (faults.metal:13): divergent barrier in threadgroup (0, 0, 0): "
+                            "threads 40-63 of SIMD-group 1 did not reach this threadgroup_barrier with the rest of "
+                            "their SIMD-group (they took another branch); every thread of a threadgroup must reach it "
+                            "at faults.metal:15")
+    assert not x.any()
+
+
+@pytest.mark.parametrize("device", ["cpu"], indirect=True)
+@pytest.mark.parametrize("model", MODELS)
+def test_a_barrier_in_divergent_control_flow_faults(device, model):
+    lib = fault_lib(model)
+    check_model(lib.divergent_in_simdgroup, model)
+    with pytest.raises(mk.KernelFault, match=r"kernel 'divergent_in_simdgroup' .*divergent barrier in threadgroup "
+                                             r"\(0, 0, 0\): threads 1, 3, 5, 7, 9, 11, ... of SIMD-group 0 did not "
+                                             r"reach this threadgroup_barrier .* at faults.metal:24$"):
+        lib.divergent_in_simdgroup(np.zeros(64, np.float32), threadgroup=64)
+
+
+@pytest.mark.parametrize("device", ["cpu"], indirect=True)
+@pytest.mark.parametrize("model", ["loop"] + MODELS)
+def test_checked_mode_catches_out_of_bounds(device, rng, model):
+    lib = fault_lib("simt" if model == "loop" else model)
+    name = "out_of_bounds_loop" if model == "loop" else "out_of_bounds"
+    kernel = lib[name]
+    check_model(kernel, model)
+    a = rng.random(100, dtype=np.float32)
+    out = rng.random(100, dtype=np.float32)
+    before = out.copy()
+    with pytest.raises(mk.KernelFault, match=rf"kernel '{name}' .*past the end of parameter 'a' \[\[buffer\(0\)\]\] "
+                                             r"of 100 elements \(element 100\)"):
+        kernel(a, out, check=True, threadgroup=64)
+    np.testing.assert_array_equal(out, before)
+    kernel(a, out, grid=99, threadgroup=64, check=True)
+    if model == "loop":
+        want = a[:-1] * 2 + a[1:]
+    else:
+        want = np.concatenate([a[s:e].sum(dtype=np.float32).repeat(e - s) for s, e in simd_slices(99, 64)]) + a[1:]
+    np.testing.assert_allclose(out[:99], want, rtol=1e-5)
+    np.testing.assert_array_equal(out[99:], before[99:])
+
+
+@pytest.mark.parametrize("device", ["cpu"], indirect=True)
+@pytest.mark.parametrize("model", MODELS)
+def test_shuffle_exposes_a_missing_barrier_between_simdgroups(device, rng, model):
+    lib = fault_lib(model)
+    check_model(lib.missing_barrier, model)
+    tg = 128
+    x = rng.random(tg * 16, dtype=np.float32)
+    want = np.roll(x.reshape(-1, tg), -32, axis=1).ravel()
+    outs = []
+    for seed in [0, 1, 2, 3, 4]:
+        out = np.zeros_like(x)
+        lib.missing_barrier(x, out, threadgroup=tg, threadgroup_memory={0: tg * 4}, shuffle=seed)
+        outs.append(out)
+    # SIMD-group s reads SIMD-group s+1's slots: in index order they are not written yet; in a
+    # shuffled order some are. Results change with the seed, and a seed repeats its result.
+    assert not np.array_equal(outs[0], want)
+    assert len({o.tobytes() for o in outs}) >= 3
+    again = np.zeros_like(x)
+    lib.missing_barrier(x, again, threadgroup=tg, threadgroup_memory={0: tg * 4}, shuffle=3)
+    np.testing.assert_array_equal(again, outs[3])
