@@ -73,39 +73,40 @@ std::string near_argument(const KernelSpec& spec, const Launch& l, uintptr_t add
   uintptr_t gdata = 0;
   size_t gsize = 0;
   const bool guarded = guarded_extent(addr, &gdata, &gsize);
-  constexpr uintptr_t kNear = 1 << 16;
-  std::string best;
-  uint64_t best_dist = UINT64_MAX;
-  for (size_t i = 0; i < l.args.size(); ++i) {
-    const ArgSpec& a = spec.args[i];
-    if (a.kind != ArgKind::Buffer || !l.args[i].data) continue;
-    const uintptr_t lo = reinterpret_cast<uintptr_t>(l.args[i].data), hi = lo + l.args[i].nbytes;
-    if (addr >= lo && addr < hi) continue;
-    if (guarded && (lo < gdata || lo > gdata + gsize)) continue;  // another allocation's
-    const uint64_t dist = addr < lo ? lo - addr : addr - hi;
-    if ((!guarded && dist > kNear) || dist >= best_dist) continue;
-    best_dist = dist;
-    best = stray("parameter '" + a.name + "' [[buffer(" + std::to_string(a.index) + ")]] of " +
-                     std::to_string(l.args[i].nbytes / a.elem_size) + " elements",
-                 int64_t(addr - lo), a.elem_size);
-  }
+  auto nearest = [&](bool in_guard) {
+    constexpr uint64_t kNear = 1 << 16;
+    std::string best;
+    uint64_t best_dist = UINT64_MAX;
+    for (size_t i = 0; i < l.args.size(); ++i) {
+      const ArgSpec& a = spec.args[i];
+      if (a.kind != ArgKind::Buffer || !l.args[i].data) continue;
+      const uintptr_t lo = reinterpret_cast<uintptr_t>(l.args[i].data), hi = lo + l.args[i].nbytes;
+      if (addr >= lo && addr < hi) continue;
+      if (in_guard && (lo < gdata || lo > gdata + gsize)) continue;  // in another allocation
+      const uint64_t dist = addr < lo ? lo - addr : addr - hi;
+      if ((!in_guard && dist > kNear) || dist >= best_dist) continue;
+      best_dist = dist;
+      best = stray("parameter '" + a.name + "' [[buffer(" + std::to_string(a.index) + ")]] of " +
+                       std::to_string(l.args[i].nbytes / a.elem_size) + " elements",
+                   int64_t(addr - lo), a.elem_size);
+    }
+    return best;
+  };
+  std::string best = guarded ? nearest(true) : "";
   int slot;
   int64_t offset;
   if (best.empty() && checked_threadgroup_slot(addr, &slot, &offset)) {
     for (size_t i = 0; i < l.args.size(); ++i) {
       const ArgSpec& a = spec.args[i];
       if (a.kind != ArgKind::Threadgroup || slot-- != 0) continue;
-      best = stray("threadgroup parameter '" + a.name + "' [[threadgroup(" + std::to_string(a.index) + ")]] of " +
+      return stray("threadgroup parameter '" + a.name + "' [[threadgroup(" + std::to_string(a.index) + ")]] of " +
                        std::to_string(l.args[i].nbytes) + " bytes",
                    offset, std::max<uint64_t>(a.elem_size, 1));
-      break;
     }
   }
-  return best;
+  return best.empty() ? nearest(false) : best;
 }
 
-// Runs groups [first, last) with this thread's fault trap armed. Returns ""
-// or what went wrong, with where.
 // Checked mode's threadgroup slots: sizes, alignments and offsets, in parameter order.
 struct CheckedSlots {
   std::vector<size_t> sizes, aligns;

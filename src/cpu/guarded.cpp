@@ -119,7 +119,7 @@ char* checked_threadgroup_arena(const std::vector<size_t>& sizes, const std::vec
   }
   for (size_t k = 0; k < sizes.size(); ++k) {
     // The pages from the one holding the slot's first byte to the cell's end.
-    const size_t from = std::max(kCheckGuard, (offsets[k] - k * cell) / page * page);
+    const size_t from = std::max(kCheckGuard, size_t(offsets[k] - k * cell) / page * page);
     if (from == a.rw_from[k]) continue;
     char* c = a.base + k * cell;
     if (mprotect(c + kCheckGuard, cell - kCheckGuard, PROT_NONE) != 0 ||
