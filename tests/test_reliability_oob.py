@@ -261,3 +261,25 @@ def test_nine_floats_read_as_float4(rng, check):
     out = np.zeros(4, np.float32)
     lib.nine(a, out, check=check)
     np.testing.assert_allclose(out, a[0:4] + a[4:8] * 10 + a[8] * 100, rtol=1e-6)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="RLIMIT_AS and /proc/self/status are Linux's")
+def test_guards_shrink_to_a_limited_address_space(tmp_path):
+    # Under ulimit -v, 64 GiB (checked) and 4 GiB (metalkit arrays) guards cannot be reserved:
+    # smaller ones are, and a stray write 400 KiB away is still caught and attributed.
+    child = textwrap.dedent("""
+        import re, resource, sys, numpy as np, metalkit as mk
+        lib = mk.compile(sys.stdin.read())
+        vm = int(re.search(r"VmSize:\\s+(\\d+) kB", open("/proc/self/status").read()).group(1)) * 1024
+        resource.setrlimit(resource.RLIMIT_AS, (vm + (3 << 30), resource.RLIM_INFINITY))
+        for check, x in ((True, np.zeros(1000, np.float32)), (False, mk.zeros(1000))):
+            try:
+                lib.poke(x, 999 + 102400, 1.0, grid=1, check=check)
+                print("no fault")
+            except mk.KernelFault as e:
+                print("past the end of parameter 'x'" in str(e) and "(element 103399)" in str(e))
+    """)
+    proc = subprocess.run([sys.executable, "-c", child], input=WILD, capture_output=True, text=True,
+                          env=child_env(tmp_path / "cache"), timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split() == ["True", "True"]

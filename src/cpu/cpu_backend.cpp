@@ -301,15 +301,19 @@ std::shared_ptr<LibraryImpl> load_cpu_library(const std::string& path) {
 }
 
 std::shared_ptr<Allocation> cpu_allocate(size_t nbytes) {
-  try {
-    return std::make_shared<GuardedAllocation>(nbytes, kPage, kHostGuard, false);
-  } catch (const std::bad_alloc&) {  // out of address space (or mappings): memory without guards
-    return std::make_shared<HostAllocation>(nbytes);
+  // Where address space is limited (ulimit -v), smaller guards; once it or the
+  // mappings run out, memory without guards.
+  for (size_t guard : {kHostGuard, size_t(16) << 20}) {
+    try {
+      return std::make_shared<GuardedAllocation>(nbytes, kPage, guard, false);
+    } catch (const std::bad_alloc&) {
+    }
   }
+  return std::make_shared<HostAllocation>(nbytes);
 }
 
 std::shared_ptr<Allocation> cpu_allocate_guarded(size_t nbytes, size_t align) {
-  return std::make_shared<GuardedAllocation>(nbytes, std::max<size_t>(align, 1), kCheckGuard, true);
+  return std::make_shared<GuardedAllocation>(nbytes, std::max<size_t>(align, 1), check_guard(), true);
 }
 
 }  // namespace mk

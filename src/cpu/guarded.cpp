@@ -35,19 +35,19 @@ std::map<uintptr_t, Extent>& registry() {
   return *m;
 }
 
-// Threadgroup slot k's cell in a checked arena: kCheckGuard inaccessible bytes,
+// Threadgroup slot k's cell in a checked arena: check_guard() inaccessible bytes,
 // then a region that holds the largest slot; slot k ends where cell k ends.
 size_t tg_region() { return round_up(kMaxThreadgroupMemory, page_size()); }
-size_t tg_cell() { return kCheckGuard + tg_region(); }
+size_t tg_cell() { return check_guard() + tg_region(); }
 
 struct CheckedArena {
   char* base = nullptr;
-  size_t cells = 0;                 // reserved: cells * tg_cell() + kCheckGuard bytes
+  size_t cells = 0;                 // reserved: cells * tg_cell() + check_guard() bytes
   std::vector<size_t> rw_from;      // per cell: where its accessible pages start (offset in the cell)
   std::vector<uint64_t> offsets;    // the layout last used, for fault attribution
   std::vector<size_t> sizes;
   ~CheckedArena() {
-    if (base) munmap(base, cells * tg_cell() + kCheckGuard);
+    if (base) munmap(base, cells * tg_cell() + check_guard());
   }
 };
 CheckedArena& this_thread_arena() {
@@ -56,6 +56,21 @@ CheckedArena& this_thread_arena() {
 }
 
 }  // namespace
+
+size_t check_guard() {
+  static const size_t guard = [] {
+    size_t g = size_t(64) << 30;
+    for (; g > (size_t(1) << 20); g /= 16) {
+      void* p = mmap(nullptr, 4 * g, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+      if (p != MAP_FAILED) {
+        munmap(p, 4 * g);
+        break;
+      }
+    }
+    return g;
+  }();
+  return guard;
+}
 
 GuardedAllocation::GuardedAllocation(size_t nbytes, size_t align, size_t guard, bool at_end) {
   const size_t page = page_size();
@@ -109,20 +124,20 @@ char* checked_threadgroup_arena(const std::vector<size_t>& sizes, const std::vec
   CheckedArena& a = this_thread_arena();
   const size_t page = page_size(), cell = tg_cell();
   if (a.cells < sizes.size()) {
-    if (a.base) munmap(a.base, a.cells * cell + kCheckGuard);
+    if (a.base) munmap(a.base, a.cells * cell + check_guard());
     a.base = nullptr;
     a.cells = 0;
     a.rw_from.clear();
-    a.base = reserve(sizes.size() * cell + kCheckGuard);
+    a.base = reserve(sizes.size() * cell + check_guard());
     a.cells = sizes.size();
     a.rw_from.assign(a.cells, cell);  // nothing accessible yet
   }
   for (size_t k = 0; k < sizes.size(); ++k) {
     // The pages from the one holding the slot's first byte to the cell's end.
-    const size_t from = std::max(kCheckGuard, size_t(offsets[k] - k * cell) / page * page);
+    const size_t from = std::max(check_guard(), size_t(offsets[k] - k * cell) / page * page);
     if (from == a.rw_from[k]) continue;
     char* c = a.base + k * cell;
-    if (mprotect(c + kCheckGuard, cell - kCheckGuard, PROT_NONE) != 0 ||
+    if (mprotect(c + check_guard(), cell - check_guard(), PROT_NONE) != 0 ||
         (from < cell && mprotect(c + from, cell - from, PROT_READ | PROT_WRITE) != 0))
       throw std::bad_alloc();
     a.rw_from[k] = from;
@@ -135,7 +150,7 @@ char* checked_threadgroup_arena(const std::vector<size_t>& sizes, const std::vec
 bool checked_threadgroup_slot(uintptr_t addr, int* slot, int64_t* offset) {
   CheckedArena& a = this_thread_arena();
   const uintptr_t base = reinterpret_cast<uintptr_t>(a.base);
-  if (!a.base || addr < base || addr >= base + a.cells * tg_cell() + kCheckGuard || a.offsets.empty()) return false;
+  if (!a.base || addr < base || addr >= base + a.cells * tg_cell() + check_guard() || a.offsets.empty()) return false;
   // The nearest slot: the one whose bytes are closest to addr.
   uint64_t best = UINT64_MAX;
   for (size_t k = 0; k < a.offsets.size(); ++k) {

@@ -2,7 +2,7 @@
 // faults instead of reaching other memory, and the fault can be attributed.
 //
 // Checked mode (check=True) stages every array into a GuardedAllocation with
-// kCheckGuard bytes on each side whose bytes end right at the upper guard, and
+// check_guard() bytes on each side whose bytes end right at the upper guard, and
 // places each [[threadgroup(i)]] slot the same way (checked_threadgroup_arena).
 // Default-mode device memory (metalkit.empty/zeros/asarray) gets kHostGuard on
 // each side. Reserving address space costs no memory: the guards are PROT_NONE.
@@ -16,9 +16,11 @@
 
 namespace mk {
 
-// Every 32-bit index, signed or unsigned, into elements of up to 16 bytes
-// (float4, long2) lands within 64 GiB of its array.
-constexpr size_t kCheckGuard = size_t(64) << 30;
+// Checked mode's guard on each side: 64 GiB, which every 32-bit index, signed or
+// unsigned, into elements of up to 16 bytes (float4, long2) stays within. Where the
+// address space is limited (ulimit -v), the largest of 4 GiB, 256 MiB, 16 MiB, 1 MiB
+// of which four fit; chosen once per process.
+size_t check_guard();
 // Default mode: smaller, so tens of thousands of live arrays fit in the address space.
 constexpr size_t kHostGuard = size_t(4) << 30;
 
@@ -43,7 +45,7 @@ bool guarded_extent(uintptr_t addr, uintptr_t* data, size_t* size);
 
 // Checked mode's threadgroup memory: slot k (the k-th [[threadgroup(i)]]
 // parameter, `sizes[k]` bytes aligned to `aligns[k]`) ends right below
-// kCheckGuard inaccessible bytes and starts above more. The offsets the
+// check_guard() inaccessible bytes and starts above more. The offsets the
 // launcher adds to the arena base, the same for every thread.
 std::vector<uint64_t> checked_threadgroup_offsets(const std::vector<size_t>& sizes, const std::vector<size_t>& aligns);
 
