@@ -106,12 +106,17 @@ struct frame {
 
   u3 pos[32];             // each lane's position in the threadgroup (set by init_positions)
   bool affine;            // lane l's x position is pos[0].x + l (each row holds whole SIMD-groups)
+  unsigned rows;          // 16 or 8: the threadgroup is that wide and lane l is at column l % rows of
+                          // row pos[0].y + l / rows (plane pos[0].z); else 0
 
   __MK_F unsigned index(unsigned l) const { return sg * 32u + l; }
   // Divides once per SIMD-group, then steps lane by lane.
   __MK_F void init_positions() {
     const unsigned i0 = sg * 32u, nx = group_size.x, ny = group_size.y;
     affine = (ny == 1u && group_size.z == 1u) || nx % 32u == 0u;
+    // A SIMD-group of a 16- or 8-wide threadgroup starts a row; it stays in one plane when
+    // planes hold whole SIMD-groups (or there is one plane: lanes past the end are not alive).
+    rows = !affine && (nx == 16u || nx == 8u) && (group_size.z == 1u || nx * ny % 32u == 0u) ? nx : 0u;
     u3 p = {i0 % nx, (i0 / nx) % ny, i0 / (nx * ny)};
     for (unsigned l = 0; l < 32u; ++l) {
       pos[l] = p;
