@@ -42,6 +42,7 @@ struct Group {
   unsigned pos[3] = {0, 0, 0}, size[3] = {1, 1, 1};
   unsigned n = 0, current = 0, live = 0;
   unsigned k = 0;                 // position of `current` in `order` this round
+  uint64_t round = 0;             // rounds begun (each shuffles the order anew)
   unsigned at_simd = 0;           // fibers waiting at a SIMD rendezvous
   unsigned lanes = 1;             // threads per fiber: 1, or 32 for the SIMD-groups of a SIMT kernel
   unsigned threads = 0;           // threads in the group
@@ -51,13 +52,38 @@ struct Group {
   std::string fault;              // set by a fiber that asks the scheduler to raise a fault
 };
 
-Group& group() {
+// Not inlined: callers keep the reference, where an inlined thread_local would be looked up
+// again (a __tls_get_addr call in a shared object) after every fiber switch.
+[[gnu::noinline]] Group& group() {
   static thread_local Group g;
   return g;
 }
 
-// Leaves the running fiber for the next ready one this round, or for the
-// scheduler when none is left: one switch per blocked thread, not two.
+void shuffle_order(Group& g, uint64_t round);
+
+// The usual end of a round of SIMD-group fibers (SIMT kernels): every live SIMD-group waits at
+// one barrier. Releases them and begins the next round, whose first fiber it returns; -1 for
+// anything else (a fault, a divergence, the end), which the scheduler's loop sorts out.
+int next_round(Group& g) {
+  if (g.lanes == 1 || !g.fault.empty()) return -1;
+  const Fiber* lead = nullptr;
+  for (unsigned i = 0; i < g.n; ++i) {
+    const Fiber& f = g.fibers[i];
+    if (f.state == State::Done) continue;
+    if (f.state != State::AtBarrier || (lead && !f.at(*lead))) return -1;
+    if (!lead) lead = &f;
+  }
+  if (!lead) return -1;
+  for (unsigned i = 0; i < g.n; ++i)
+    if (g.fibers[i].state == State::AtBarrier) g.fibers[i].state = State::Ready;
+  shuffle_order(g, g.round++);
+  for (unsigned j = 0; j < g.n; ++j)
+    if (g.fibers[g.order[j]].state == State::Ready) return int(j);
+  return -1;
+}
+
+// Leaves the running fiber for the next ready one this round (or, for SIMD-group fibers, the
+// first of the next round), else for the scheduler: one switch per blocked fiber, not two.
 void yield_from(Group& g, Fiber& f) {
   for (unsigned j = g.k + 1; j < g.n; ++j) {
     unsigned next = g.order[j];
@@ -67,6 +93,14 @@ void yield_from(Group& g, Fiber& f) {
       fiber_switch(f.ctx, g.fibers[next].ctx);
       return;
     }
+  }
+  const int j = next_round(g);
+  if (j >= 0) {
+    g.k = unsigned(j);
+    g.current = g.order[j];
+    Fiber& next = g.fibers[g.current];
+    if (&next != &f) fiber_switch(f.ctx, next.ctx);  // else it goes on at once
+    return;
   }
   fiber_switch(f.ctx, g.main);
 }
@@ -245,9 +279,9 @@ void run_fibers(mk_thread_fn fn, void* ctx, const unsigned* position, const unsi
     fiber_init(g.fibers[i].ctx, stack, FiberStacks::kStackBytes, fiber_main, reinterpret_cast<void*>(uintptr_t(i)));
   }
   g.running = true;
-  uint64_t round = 0;
+  g.round = 0;
   while (g.live > 0) {
-    shuffle_order(g, round++);
+    shuffle_order(g, g.round++);
     for (unsigned j = 0; j < n; ++j) {
       if (g.fibers[g.order[j]].state != State::Ready) continue;
       g.k = j;

@@ -153,6 +153,7 @@ template <class Body> void simt_sg(void* p, unsigned sg) {
   f.alive = lanes == 32u ? ~0u : (1u << lanes) - 1u;
   f.fibers = c.fibers && f.nsg > 1;
   f.x = &simt::thread_exchange;
+  f.init_positions();
   thread_ids t = c.t;
   t.index_in_group = sg * 32u;
   t.pos_in_group = f.pos_in_group(0);

@@ -188,7 +188,7 @@ class _KernelPlan:
         e, f = self.emitter, self.f
         prologue = ["mk::simt::frame& __f = *mk::simt::current_frame; unsigned __m = __f.alive, __rt = 0u; (void)__rt;"]
         if any(v.lanes and v.builtin.startswith("thread_position") for v in self.fn.params):
-            prologue.append("__f.init_positions(); const bool __affine = __f.affine; (void)__affine; "
+            prologue.append("const bool __affine = __f.affine; (void)__affine; "
                             "const unsigned __rows = __f.rows; (void)__rows;")
         for v in self.fn.params:
             if v.vector:

@@ -413,13 +413,14 @@ class Emitter:
                 if v is not None and v.affine == "maybe"]
         return [] if not used else list(SHAPES) if any(v.vector for v in used) else [32]
 
-    def lanes_loop(self) -> str:
-        """The loop header running its body for each active lane `__l` in the current shape."""
+    def lanes_loop(self, active: bool = True) -> str:
+        """The loop header running its body for each active lane `__l` (every lane if not
+        `active`) in the current shape."""
         w = self.shape
         if w in (0, 32):
-            return LANES
+            return LANES if active else "for (unsigned __l = 0; __l < 32u; ++__l)"
         return (f"for (unsigned __r = 0; __r < {32 // w}u; ++__r) for (unsigned __c = 0; __c < {w}u; ++__c) "
-                f"if (const unsigned __l = __r * {w}u + __c; __m >> __l & 1u)")
+                f"if (const unsigned __l = __r * {w}u + __c; {'__m >> __l & 1u' if active else 'true'})")
 
     def by_shape(self, stmts, code) -> str:
         """code() for every shape stmts are worth (see shapes), chosen at run time, then for any."""
@@ -732,8 +733,11 @@ class Emitter:
         """Code setting `var` to the mask of active lanes for which cond holds."""
         inf = self.info(cond)
         pre = self.hoist(inf.hoists) if inf.hoists else ""
-        loop = self.by_shape([cond], lambda: f"{self.lanes_loop()} {{ if ({self.expr(cond, '__l')}) {var} |= 1u << __l; }}")
-        code = f"{pre} unsigned {var} = 0u; {loop}"
+        # A flag for every lane (cond evaluated for the active ones), then one pack: OR-ing bits
+        # lane by lane vectorises into a slow horizontal OR.
+        loop = self.by_shape([cond], lambda: f"{self.lanes_loop(active=False)} __b{var}[__l] = "
+                                             f"(__m >> __l & 1u) && ({self.expr(cond, '__l')});")
+        code = f"{pre} unsigned {var}; {{ bool __b{var}[32]; {loop} {var} = mk::simt::pack(__b{var}); }}"
         for h in inf.hoists:
             del self.subst[h.a]
         return code
