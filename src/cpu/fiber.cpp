@@ -17,7 +17,6 @@ namespace mk {
 #endif
 
 #ifndef MK_FIBER_UCONTEXT
-extern "C" void mk_fiber_switch_asm(void** from_sp, void* to_sp);
 extern "C" void mk_fiber_trampoline();
 
 #if defined(__x86_64__)
@@ -116,8 +115,6 @@ void fiber_init(FiberContext& ctx, void* stack_top, size_t, FiberEntry entry, vo
 #endif
   ctx.sp = sp;
 }
-
-void fiber_switch(FiberContext& from, FiberContext& to) { mk_fiber_switch_asm(&from.sp, to.sp); }
 
 #else  // ucontext
 

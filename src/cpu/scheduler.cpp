@@ -156,8 +156,7 @@ std::string thread_list(const std::vector<unsigned>& ids) {
 }
 
 // Blocks the running fiber until the scheduler makes it ready again.
-void block(State s, const char* file, int line, int column) {
-  Group& g = group();
+void block(Group& g, State s, const char* file, int line, int column) {
   if (!g.running) raise_fault("a barrier or SIMD-group function was called from a kernel run without fibers");
   Fiber& f = g.fibers[g.current];
   f.state = s;
@@ -333,7 +332,13 @@ void run_simt_group(mk_thread_fn fn, void* ctx, const unsigned* position, const 
   g.direct = false;
 }
 
-void rt_barrier(const char* file, int line, int column) { block(State::AtBarrier, file, line, column); }
+void rt_barrier(const char* file, int line, int column) { block(group(), State::AtBarrier, file, line, column); }
+
+void* rt_simt_scheduler() { return &group(); }
+
+void rt_simt_barrier(void* scheduler, const char* file, int line, int column) {
+  block(*static_cast<Group*>(scheduler), State::AtBarrier, file, line, column);
+}
 
 mk_simd_view rt_simd_exchange(const void* value, unsigned size, const char* file, int line, int column) {
   Group& g = group();
@@ -344,7 +349,7 @@ mk_simd_view rt_simd_exchange(const void* value, unsigned size, const char* file
     slot.size = size;
     ++g.at_simd;
   }
-  block(State::AtSimd, file, line, column);
+  block(g, State::AtSimd, file, line, column);
   return g.slots[g.current].view;
 }
 
@@ -372,8 +377,9 @@ void rt_simt_diverged(unsigned sg, unsigned missing, const char* file, int line)
   rt_fault(msg.c_str(), file, line);
 }
 
-const mk_runtime runtime = {MK_ABI_VERSION, run_group,      rt_barrier,     rt_simd_barrier,
-                            rt_simd_exchange, rt_fault, run_simt_group, rt_simt_diverged};
+const mk_runtime runtime = {MK_ABI_VERSION,    run_group,      rt_barrier,       rt_simd_barrier,
+                            rt_simd_exchange,  rt_fault,       run_simt_group,   rt_simt_diverged,
+                            rt_simt_scheduler, rt_simt_barrier};
 
 }  // namespace
 

@@ -6,7 +6,7 @@
 
 // Constants are enumerators, not macros: a module's source is preprocessed
 // before its launchers are appended, so macros from here would be gone.
-enum { MK_ABI_VERSION = 4, MK_SIMD_SLOT = 256 };
+enum { MK_ABI_VERSION = 5, MK_SIMD_SLOT = 256 };
 
 #ifdef __cplusplus
 extern "C" {
@@ -123,6 +123,12 @@ typedef struct mk_runtime {
   // A threadgroup_barrier reached by only some live lanes of SIMD-group `sg` (`missing`:
   // the lanes that are not there); does not return.
   void (*simt_diverged)(unsigned sg, unsigned missing, const char* file, int line);
+  // The scheduler running the calling OS thread's SIMT threadgroup as fibers: looked up once
+  // per SIMD-group, then handed to every simt_barrier (a thread-local lookup costs a call in a
+  // shared object).
+  void* (*simt_scheduler)(void);
+  // threadgroup_barrier of a SIMD-group that `scheduler` runs as a fiber.
+  void (*simt_barrier)(void* scheduler, const char* file, int line, int column);
 } mk_runtime;
 
 #define MK_RUNTIME_SYMBOL "metalkit_set_runtime"

@@ -152,6 +152,7 @@ template <class Body> void simt_sg(void* p, unsigned sg) {
   const unsigned lanes = n - sg * 32u < 32u ? n - sg * 32u : 32u;
   f.alive = lanes == 32u ? ~0u : (1u << lanes) - 1u;
   f.fibers = c.fibers && f.nsg > 1;
+  f.scheduler = f.fibers ? metal::__mk::rt->simt_scheduler() : nullptr;
   f.x = &simt::thread_exchange;
   f.init_positions();
   thread_ids t = c.t;

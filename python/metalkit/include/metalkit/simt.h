@@ -111,6 +111,7 @@ struct frame {
   unsigned nsg;           // SIMD-groups in the threadgroup
   unsigned alive;         // lanes that exist and have not returned from the kernel
   bool fibers;            // SIMD-groups run as fibers: a barrier waits for the others
+  void* scheduler;        // what runs them (mk_runtime::simt_scheduler), when fibers
   metal::__mk::simt_exchange* x;  // the OS thread's (a SIMD-group function call never waits)
 
   u3 pos[32];             // each lane's position in the threadgroup (set by init_positions, which
@@ -196,7 +197,7 @@ __MK_F void invoke(frame& f, unsigned m, Res* res, B&& siteful, P&& plain, G&& t
 // SIMD-groups of the threadgroup run up to the same barrier.
 __MK_F void barrier(frame& f, unsigned m, const char* file, int line, int column) {
   if (m != f.alive) metal::__mk::rt->simt_diverged(f.sg, f.alive & ~m, file, line);
-  if (f.fibers) metal::__mk::rt->barrier(file, line, column);
+  if (f.fibers) metal::__mk::rt->simt_barrier(f.scheduler, file, line, column);
 }
 
 }  // namespace simt
