@@ -128,7 +128,8 @@ struct frame {
     // A SIMD-group of a 16- or 8-wide threadgroup starts a row; it stays in one plane when
     // planes hold whole SIMD-groups (or there is one plane: lanes past the end are not alive).
     rows = !affine && (nx == 16u || nx == 8u) && (group_size.z == 1u || nx * ny % 32u == 0u) ? nx : 0u;
-    u3 p = {i0 % nx, (i0 / nx) % ny, i0 / (nx * ny)};
+    // Divisions are slow enough to show per SIMD-group: none for a 1D threadgroup.
+    u3 p = ny == 1u && group_size.z == 1u ? u3{i0, 0u, 0u} : u3{i0 % nx, (i0 / nx) % ny, i0 / (nx * ny)};
     pos[0] = p;
     if (affine) return;
     for (unsigned l = 0; l < 32u; ++l) {
