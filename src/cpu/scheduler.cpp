@@ -37,7 +37,8 @@ struct Group {
   std::vector<SimdSlot> slots;
   std::vector<unsigned> order;
   std::vector<std::vector<unsigned char>> exchange;  // per SIMD-group: MK_SIMD_SLOT * 32 bytes
-  mk_thread_fn fn = nullptr;
+  mk_thread_fn fn = nullptr;      // what the fibers run: a thread,
+  mk_simt_fn simt_fn = nullptr;   // or a SIMD-group of a SIMT kernel
   void* ctx = nullptr;
   unsigned pos[3] = {0, 0, 0}, size[3] = {1, 1, 1};
   unsigned n = 0, current = 0, live = 0;
@@ -106,9 +107,12 @@ void yield_from(Group& g, Fiber& f) {
 }
 
 void fiber_main(void* arg) {
-  Group& g = group();
-  unsigned i = unsigned(reinterpret_cast<uintptr_t>(arg));
-  g.fn(g.ctx, i);
+  Group& g = *static_cast<Group*>(arg);
+  const unsigned i = g.current;  // set by whoever switched here
+  if (g.simt_fn)
+    g.simt_fn(g.ctx, i, &g);
+  else
+    g.fn(g.ctx, i);
   g.fibers[i].state = State::Done;
   --g.live;
   yield_from(g, g.fibers[i]);
@@ -246,14 +250,15 @@ void shuffle_order(Group& g, uint64_t round) {
 }
 
 // Runs n fibers of `lanes` threads each until all return.
-void run_fibers(mk_thread_fn fn, void* ctx, const unsigned* position, const unsigned* size, unsigned n,
-                unsigned lanes) {
+void run_fibers(mk_thread_fn fn, mk_simt_fn simt_fn, void* ctx, const unsigned* position, const unsigned* size,
+                unsigned n, unsigned lanes) {
   Group& g = group();
   for (int i = 0; i < 3; ++i) {
     g.pos[i] = position[i];
     g.size[i] = size[i];
   }
   g.fn = fn;
+  g.simt_fn = simt_fn;
   g.ctx = ctx;
   g.n = n;
   g.live = n;
@@ -275,7 +280,7 @@ void run_fibers(mk_thread_fn fn, void* ctx, const unsigned* position, const unsi
     if (!stack)
       raise_fault("cannot map " + std::to_string(n) + " fiber stacks for " + group_name() +
                   " (the system's limit on memory mappings, e.g. vm.max_map_count); use smaller threadgroups");
-    fiber_init(g.fibers[i].ctx, stack, FiberStacks::kStackBytes, fiber_main, reinterpret_cast<void*>(uintptr_t(i)));
+    fiber_init(g.fibers[i].ctx, stack, FiberStacks::kStackBytes, fiber_main, &g);
   }
   g.running = true;
   g.round = 0;
@@ -305,12 +310,12 @@ void run_fibers(mk_thread_fn fn, void* ctx, const unsigned* position, const unsi
 }
 
 void run_group(mk_thread_fn fn, void* ctx, const unsigned* position, const unsigned* size) {
-  run_fibers(fn, ctx, position, size, size[0] * size[1] * size[2], 1);
+  run_fibers(fn, nullptr, ctx, position, size, size[0] * size[1] * size[2], 1);
 }
 
-void run_simt_group(mk_thread_fn fn, void* ctx, const unsigned* position, const unsigned* size, unsigned nsg,
+void run_simt_group(mk_simt_fn fn, void* ctx, const unsigned* position, const unsigned* size, unsigned nsg,
                     int fibers) {
-  if (fibers && nsg > 1) return run_fibers(fn, ctx, position, size, nsg, 32);
+  if (fibers && nsg > 1) return run_fibers(nullptr, fn, ctx, position, size, nsg, 32);
   // No barrier to wait at: the SIMD-groups run one after another (in a shuffled order on
   // request), on this thread's own stack (an overflow there is reported as one too).
   Group& g = group();
@@ -327,14 +332,12 @@ void run_simt_group(mk_thread_fn fn, void* ctx, const unsigned* position, const 
   g.direct = true;
   for (unsigned j = 0; j < nsg; ++j) {
     g.current = g.order[j];
-    fn(ctx, g.current);
+    fn(ctx, g.current, nullptr);
   }
   g.direct = false;
 }
 
 void rt_barrier(const char* file, int line, int column) { block(group(), State::AtBarrier, file, line, column); }
-
-void* rt_simt_scheduler() { return &group(); }
 
 void rt_simt_barrier(void* scheduler, const char* file, int line, int column) {
   block(*static_cast<Group*>(scheduler), State::AtBarrier, file, line, column);
@@ -379,7 +382,7 @@ void rt_simt_diverged(unsigned sg, unsigned missing, const char* file, int line)
 
 const mk_runtime runtime = {MK_ABI_VERSION,    run_group,      rt_barrier,       rt_simd_barrier,
                             rt_simd_exchange,  rt_fault,       run_simt_group,   rt_simt_diverged,
-                            rt_simt_scheduler, rt_simt_barrier};
+                            rt_simt_barrier};
 
 }  // namespace
 

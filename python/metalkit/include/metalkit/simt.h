@@ -111,7 +111,7 @@ struct frame {
   unsigned nsg;           // SIMD-groups in the threadgroup
   unsigned alive;         // lanes that exist and have not returned from the kernel
   bool fibers;            // SIMD-groups run as fibers: a barrier waits for the others
-  void* scheduler;        // what runs them (mk_runtime::simt_scheduler), when fibers
+  void* scheduler;        // what runs them, when fibers (for mk_runtime::simt_barrier)
   metal::__mk::simt_exchange* x;  // the OS thread's (a SIMD-group function call never waits)
 
   u3 pos[32];             // each lane's position in the threadgroup (set by init_positions, which
