@@ -17,7 +17,6 @@ namespace mk {
 #endif
 
 #ifndef MK_FIBER_UCONTEXT
-extern "C" void mk_fiber_switch_asm(void** from_sp, void* to_sp);
 extern "C" void mk_fiber_trampoline();
 
 #if defined(__x86_64__)
@@ -117,8 +116,6 @@ void fiber_init(FiberContext& ctx, void* stack_top, size_t, FiberEntry entry, vo
   ctx.sp = sp;
 }
 
-void fiber_switch(FiberContext& from, FiberContext& to) { mk_fiber_switch_asm(&from.sp, to.sp); }
-
 #else  // ucontext
 
 void fiber_init(FiberContext& ctx, void* stack_top, size_t stack_bytes, FiberEntry entry, void* arg) {
@@ -158,7 +155,9 @@ void* FiberStacks::top(size_t i) {
     }
     blocks_.push_back(static_cast<char*>(p));
   }
-  return blocks_[i] + page_size() + kStackBytes;
+  // Stacks start at different offsets within a page: page-aligned tops would put the hot frames
+  // of every fiber in the same L1 cache sets, which then evict one another at each switch.
+  return blocks_[i] + page_size() + kStackBytes - (i * 17 % 64) * 64;
 }
 
 bool FiberStacks::in_guard(uintptr_t addr) const {

@@ -44,7 +44,12 @@ class FiberStacks {
 
 // Prepares ctx to start running entry(arg) on the stack whose top is stack_top.
 void fiber_init(FiberContext& ctx, void* stack_top, size_t stack_bytes, FiberEntry entry, void* arg);
-// Saves the current context in from and resumes to.
+// Saves the current context in from and resumes to (inline: every barrier switches).
+#ifdef MK_FIBER_UCONTEXT
 void fiber_switch(FiberContext& from, FiberContext& to);
+#else
+extern "C" void mk_fiber_switch_asm(void** from_sp, void* to_sp);
+inline void fiber_switch(FiberContext& from, FiberContext& to) { mk_fiber_switch_asm(&from.sp, to.sp); }
+#endif
 
 }  // namespace mk

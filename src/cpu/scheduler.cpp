@@ -37,11 +37,13 @@ struct Group {
   std::vector<SimdSlot> slots;
   std::vector<unsigned> order;
   std::vector<std::vector<unsigned char>> exchange;  // per SIMD-group: MK_SIMD_SLOT * 32 bytes
-  mk_thread_fn fn = nullptr;
+  mk_thread_fn fn = nullptr;      // what the fibers run: a thread,
+  mk_simt_fn simt_fn = nullptr;   // or a SIMD-group of a SIMT kernel
   void* ctx = nullptr;
   unsigned pos[3] = {0, 0, 0}, size[3] = {1, 1, 1};
   unsigned n = 0, current = 0, live = 0;
   unsigned k = 0;                 // position of `current` in `order` this round
+  uint64_t round = 0;             // rounds begun (each shuffles the order anew)
   unsigned at_simd = 0;           // fibers waiting at a SIMD rendezvous
   unsigned lanes = 1;             // threads per fiber: 1, or 32 for the SIMD-groups of a SIMT kernel
   unsigned threads = 0;           // threads in the group
@@ -51,13 +53,38 @@ struct Group {
   std::string fault;              // set by a fiber that asks the scheduler to raise a fault
 };
 
-Group& group() {
+// Not inlined: callers keep the reference, where an inlined thread_local would be looked up
+// again (a __tls_get_addr call in a shared object) after every fiber switch.
+[[gnu::noinline]] Group& group() {
   static thread_local Group g;
   return g;
 }
 
-// Leaves the running fiber for the next ready one this round, or for the
-// scheduler when none is left: one switch per blocked thread, not two.
+void shuffle_order(Group& g, uint64_t round);
+
+// The usual end of a round of SIMD-group fibers (SIMT kernels): every live SIMD-group waits at
+// one barrier. Releases them and begins the next round, whose first fiber it returns; -1 for
+// anything else (a fault, a divergence, a stop, the end), which the scheduler's loop sorts out.
+int next_round(Group& g) {
+  if (g.lanes == 1 || !g.fault.empty() || stop_requested()) return -1;  // a stop: the scheduler's loop raises it
+  const Fiber* lead = nullptr;
+  for (unsigned i = 0; i < g.n; ++i) {
+    const Fiber& f = g.fibers[i];
+    if (f.state == State::Done) continue;
+    if (f.state != State::AtBarrier || (lead && !f.at(*lead))) return -1;
+    if (!lead) lead = &f;
+  }
+  if (!lead) return -1;
+  for (unsigned i = 0; i < g.n; ++i)
+    if (g.fibers[i].state == State::AtBarrier) g.fibers[i].state = State::Ready;
+  shuffle_order(g, g.round++);
+  for (unsigned j = 0; j < g.n; ++j)
+    if (g.fibers[g.order[j]].state == State::Ready) return int(j);
+  return -1;
+}
+
+// Leaves the running fiber for the next ready one this round (or, for SIMD-group fibers, the
+// first of the next round), else for the scheduler: one switch per blocked fiber, not two.
 void yield_from(Group& g, Fiber& f) {
   for (unsigned j = g.k + 1; j < g.n; ++j) {
     unsigned next = g.order[j];
@@ -68,13 +95,24 @@ void yield_from(Group& g, Fiber& f) {
       return;
     }
   }
+  const int j = next_round(g);
+  if (j >= 0) {
+    g.k = unsigned(j);
+    g.current = g.order[j];
+    Fiber& next = g.fibers[g.current];
+    if (&next != &f) fiber_switch(f.ctx, next.ctx);  // else it goes on at once
+    return;
+  }
   fiber_switch(f.ctx, g.main);
 }
 
 void fiber_main(void* arg) {
-  Group& g = group();
-  unsigned i = unsigned(reinterpret_cast<uintptr_t>(arg));
-  g.fn(g.ctx, i);
+  Group& g = *static_cast<Group*>(arg);
+  const unsigned i = g.current;  // set by whoever switched here
+  if (g.simt_fn)
+    g.simt_fn(g.ctx, i, &g);
+  else
+    g.fn(g.ctx, i);
   g.fibers[i].state = State::Done;
   --g.live;
   yield_from(g, g.fibers[i]);
@@ -133,8 +171,7 @@ std::string diverged(unsigned sg, unsigned missing, const char* file, int line) 
 }
 
 // Blocks the running fiber until the scheduler makes it ready again.
-void block(State s, const char* file, int line, int column) {
-  Group& g = group();
+void block(Group& g, State s, const char* file, int line, int column) {
   if (!g.running) raise_fault("a barrier or SIMD-group function was called from a kernel run without fibers");
   Fiber& f = g.fibers[g.current];
   f.state = s;
@@ -246,14 +283,15 @@ void shuffle_order(Group& g, uint64_t round) {
 }
 
 // Runs n fibers of `lanes` threads each until all return.
-void run_fibers(mk_thread_fn fn, void* ctx, const unsigned* position, const unsigned* size, unsigned n,
-                unsigned lanes) {
+void run_fibers(mk_thread_fn fn, mk_simt_fn simt_fn, void* ctx, const unsigned* position, const unsigned* size,
+                unsigned n, unsigned lanes) {
   Group& g = group();
   for (int i = 0; i < 3; ++i) {
     g.pos[i] = position[i];
     g.size[i] = size[i];
   }
   g.fn = fn;
+  g.simt_fn = simt_fn;
   g.ctx = ctx;
   g.n = n;
   g.live = n;
@@ -275,13 +313,13 @@ void run_fibers(mk_thread_fn fn, void* ctx, const unsigned* position, const unsi
     if (!stack)
       raise_fault("cannot map " + std::to_string(n) + " fiber stacks for " + group_name() +
                   " (the system's limit on memory mappings, e.g. vm.max_map_count); use smaller threadgroups");
-    fiber_init(g.fibers[i].ctx, stack, FiberStacks::kStackBytes, fiber_main, reinterpret_cast<void*>(uintptr_t(i)));
+    fiber_init(g.fibers[i].ctx, stack, FiberStacks::kStackBytes, fiber_main, &g);
   }
   g.running = true;
-  uint64_t round = 0;
+  g.round = 0;
   while (g.live > 0) {
     if (stop_requested()) raise_stop();  // a round ends at barriers: a loop around one stops here
-    shuffle_order(g, round++);
+    shuffle_order(g, g.round++);
     for (unsigned j = 0; j < n; ++j) {
       if (g.fibers[g.order[j]].state != State::Ready) continue;
       g.k = j;
@@ -313,12 +351,12 @@ void run_fibers(mk_thread_fn fn, void* ctx, const unsigned* position, const unsi
 }
 
 void run_group(mk_thread_fn fn, void* ctx, const unsigned* position, const unsigned* size) {
-  run_fibers(fn, ctx, position, size, size[0] * size[1] * size[2], 1);
+  run_fibers(fn, nullptr, ctx, position, size, size[0] * size[1] * size[2], 1);
 }
 
-void run_simt_group(mk_thread_fn fn, void* ctx, const unsigned* position, const unsigned* size, unsigned nsg,
+void run_simt_group(mk_simt_fn fn, void* ctx, const unsigned* position, const unsigned* size, unsigned nsg,
                     int fibers) {
-  if (fibers && nsg > 1) return run_fibers(fn, ctx, position, size, nsg, 32);
+  if (fibers && nsg > 1) return run_fibers(nullptr, fn, ctx, position, size, nsg, 32);
   // No barrier to wait at: the SIMD-groups run one after another (in a shuffled order on
   // request), on this thread's own stack (an overflow there is reported as one too).
   Group& g = group();
@@ -336,12 +374,16 @@ void run_simt_group(mk_thread_fn fn, void* ctx, const unsigned* position, const 
   for (unsigned j = 0; j < nsg; ++j) {
     if (stop_requested()) raise_stop();
     g.current = g.order[j];
-    fn(ctx, g.current);
+    fn(ctx, g.current, nullptr);
   }
   g.direct = false;
 }
 
-void rt_barrier(const char* file, int line, int column) { block(State::AtBarrier, file, line, column); }
+void rt_barrier(const char* file, int line, int column) { block(group(), State::AtBarrier, file, line, column); }
+
+void rt_simt_barrier(void* scheduler, const char* file, int line, int column) {
+  block(*static_cast<Group*>(scheduler), State::AtBarrier, file, line, column);
+}
 
 mk_simd_view rt_simd_exchange(const void* value, unsigned size, const char* file, int line, int column) {
   Group& g = group();
@@ -352,7 +394,7 @@ mk_simd_view rt_simd_exchange(const void* value, unsigned size, const char* file
     slot.size = size;
     ++g.at_simd;
   }
-  block(State::AtSimd, file, line, column);
+  block(g, State::AtSimd, file, line, column);
   return g.slots[g.current].view;
 }
 
@@ -373,8 +415,9 @@ void rt_simt_diverged(unsigned sg, unsigned missing, const char* file, int line)
   rt_fault(diverged(sg, missing, nullptr, 0).c_str(), file, line);
 }
 
-const mk_runtime runtime = {MK_ABI_VERSION, run_group,      rt_barrier,     rt_simd_barrier,
-                            rt_simd_exchange, rt_fault, run_simt_group, rt_simt_diverged};
+const mk_runtime runtime = {MK_ABI_VERSION,    run_group,      rt_barrier,       rt_simd_barrier,
+                            rt_simd_exchange,  rt_fault,       run_simt_group,   rt_simt_diverged,
+                            rt_simt_barrier};
 
 }  // namespace
 

@@ -6,7 +6,7 @@
 
 // Constants are enumerators, not macros: a module's source is preprocessed
 // before its launchers are appended, so macros from here would be gone.
-enum { MK_ABI_VERSION = 4, MK_SIMD_SLOT = 256 };
+enum { MK_ABI_VERSION = 5, MK_SIMD_SLOT = 256 };
 
 #ifdef __cplusplus
 extern "C" {
@@ -99,6 +99,9 @@ typedef struct mk_simd_view {
 // One fiber-run threadgroup: the module's per-thread entry, called once per
 // thread (linear index within the group) on its own fiber.
 typedef void (*mk_thread_fn)(void* ctx, unsigned thread_index);
+// Runs SIMD-group `sg` of a SIMT threadgroup; `scheduler` runs it as a fiber and goes to every
+// simt_barrier it reaches (null when the SIMD-groups run one after another without fibers).
+typedef void (*mk_simt_fn)(void* ctx, unsigned sg, void* scheduler);
 
 typedef struct mk_runtime {
   int abi_version;
@@ -118,11 +121,14 @@ typedef struct mk_runtime {
   // Runs the SIMD-groups of one SIMT threadgroup: fn gets each SIMD-group's index, in
   // order or shuffled; as fibers when `fibers` (the kernel has threadgroup barriers and
   // the group more than one SIMD-group), so `barrier` can wait for the others.
-  void (*run_simt_group)(mk_thread_fn fn, void* ctx, const unsigned* position, const unsigned* size,
+  void (*run_simt_group)(mk_simt_fn fn, void* ctx, const unsigned* position, const unsigned* size,
                          unsigned nsg, int fibers);
   // A threadgroup_barrier reached by only some live lanes of SIMD-group `sg` (`missing`:
   // the lanes that are not there); does not return.
   void (*simt_diverged)(unsigned sg, unsigned missing, const char* file, int line);
+  // threadgroup_barrier of a SIMD-group that `scheduler` runs as a fiber (passed in, as a
+  // thread-local lookup costs a call per use in a shared object).
+  void (*simt_barrier)(void* scheduler, const char* file, int line, int column);
 } mk_runtime;
 
 #define MK_RUNTIME_SYMBOL "metalkit_set_runtime"

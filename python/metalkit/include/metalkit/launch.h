@@ -135,9 +135,10 @@ template <class Body> struct simt_group {
   u3 base;
   Body* body;
   bool fibers;
+  metal::__mk::simt_exchange* x;  // the OS thread's
 };
 
-template <class Body> void simt_sg(void* p, unsigned sg) {
+template <class Body> void simt_sg(void* p, unsigned sg, void* scheduler) {
   simt_group<Body>& c = *static_cast<simt_group<Body>*>(p);
   simt::frame f;
   const unsigned n = c.t.group_size.x * c.t.group_size.y * c.t.group_size.z;
@@ -151,8 +152,10 @@ template <class Body> void simt_sg(void* p, unsigned sg) {
   f.nsg = (n + 31u) / 32u;
   const unsigned lanes = n - sg * 32u < 32u ? n - sg * 32u : 32u;
   f.alive = lanes == 32u ? ~0u : (1u << lanes) - 1u;
-  f.fibers = c.fibers && f.nsg > 1;
-  f.x = &simt::thread_exchange;
+  f.fibers = scheduler != nullptr;  // the runtime runs them as fibers when c.fibers and nsg > 1
+  f.scheduler = scheduler;
+  f.x = c.x;
+  f.init_positions();
   thread_ids t = c.t;
   t.index_in_group = sg * 32u;
   t.pos_in_group = f.pos_in_group(0);
@@ -163,10 +166,12 @@ template <class Body> void simt_sg(void* p, unsigned sg) {
 
 template <class Body>
 void run_groups_simt(const mk_dispatch* d, mk_u64 first, mk_u64 last, bool barriers, Body body) {
+  metal::__mk::simt_exchange* const x = &simt::thread_exchange;  // a thread-local: looked up once
   for (mk_u64 g = first; g < last; ++g) {
     simt_group<Body> c;
     c.body = &body;
     c.fibers = barriers;
+    c.x = x;
     const u3 n = group_ids(d, g, c.t, c.base);
     const unsigned pos[3] = {c.t.group_pos.x, c.t.group_pos.y, c.t.group_pos.z}, size[3] = {n.x, n.y, n.z};
     metal::__mk::rt->run_simt_group(simt_sg<Body>, &c, pos, size, (n.x * n.y * n.z + 31u) / 32u, barriers);

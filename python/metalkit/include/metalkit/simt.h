@@ -68,6 +68,15 @@ template <class T> struct unref<T&> { typedef T type; };
 template <class T> struct unref<T&&> { typedef T type; };
 template <class T> using unref_t = typename unref<T>::type;
 
+// The mask of the lanes whose flag is set: one vector compare and move where the target has them.
+__MK_F unsigned pack(const bool (&b)[32]) {
+  typedef unsigned char bytes32 __attribute__((ext_vector_type(32)));
+  typedef bool bits32 __attribute__((ext_vector_type(32)));
+  bytes32 v;
+  __builtin_memcpy(&v, b, 32);
+  return __builtin_bit_cast(unsigned, __builtin_convertvector(v != (unsigned char)0, bits32));
+}
+
 // ---- SIMT helper functions ----
 // A helper that reaches a SIMD-group function or barrier keeps its definition (for kernels run
 // as fibers) and gains a twin declaration, `__mk_simt_<name>`, with the same parameters and this
@@ -102,17 +111,27 @@ struct frame {
   unsigned nsg;           // SIMD-groups in the threadgroup
   unsigned alive;         // lanes that exist and have not returned from the kernel
   bool fibers;            // SIMD-groups run as fibers: a barrier waits for the others
+  void* scheduler;        // what runs them, when fibers (for mk_runtime::simt_barrier)
   metal::__mk::simt_exchange* x;  // the OS thread's (a SIMD-group function call never waits)
 
-  u3 pos[32];             // each lane's position in the threadgroup (set by init_positions)
+  u3 pos[32];             // each lane's position in the threadgroup (set by init_positions, which
+                          // the launcher calls; only pos[0] when affine)
   bool affine;            // lane l's x position is pos[0].x + l (each row holds whole SIMD-groups)
+  unsigned rows;          // 16 or 8: the threadgroup is that wide and lane l is at column l % rows of
+                          // row pos[0].y + l / rows (plane pos[0].z); else 0
 
   __MK_F unsigned index(unsigned l) const { return sg * 32u + l; }
   // Divides once per SIMD-group, then steps lane by lane.
   __MK_F void init_positions() {
     const unsigned i0 = sg * 32u, nx = group_size.x, ny = group_size.y;
     affine = (ny == 1u && group_size.z == 1u) || nx % 32u == 0u;
-    u3 p = {i0 % nx, (i0 / nx) % ny, i0 / (nx * ny)};
+    // A SIMD-group of a 16- or 8-wide threadgroup starts a row; it stays in one plane when
+    // planes hold whole SIMD-groups (or there is one plane: lanes past the end are not alive).
+    rows = !affine && (nx == 16u || nx == 8u) && (group_size.z == 1u || nx * ny % 32u == 0u) ? nx : 0u;
+    // Divisions are slow enough to show per SIMD-group: none for a 1D threadgroup.
+    u3 p = ny == 1u && group_size.z == 1u ? u3{i0, 0u, 0u} : u3{i0 % nx, (i0 / nx) % ny, i0 / (nx * ny)};
+    pos[0] = p;
+    if (affine) return;
     for (unsigned l = 0; l < 32u; ++l) {
       pos[l] = p;
       if (++p.x == nx) {
@@ -124,9 +143,14 @@ struct frame {
       }
     }
   }
-  __MK_F u3 pos_in_group(unsigned l) const { return pos[l]; }
-  __MK_F u3 pos_in_grid(unsigned l) const { return {base.x + pos[l].x, base.y + pos[l].y, base.z + pos[l].z}; }
+  __MK_F u3 pos_in_group(unsigned l) const { return affine ? u3{pos[0].x + l, pos[0].y, pos[0].z} : pos[l]; }
+  __MK_F u3 pos_in_grid(unsigned l) const {
+    const u3 p = pos_in_group(l);
+    return {base.x + p.x, base.y + p.y, base.z + p.z};
+  }
 };
+// Read once, by the kernel's prologue: later code uses its own reference, so a barrier (where
+// other SIMD-groups run on this thread) need not set it again.
 inline thread_local frame* current_frame = nullptr;
 inline thread_local metal::__mk::simt_exchange thread_exchange;
 
@@ -174,10 +198,7 @@ __MK_F void invoke(frame& f, unsigned m, Res* res, B&& siteful, P&& plain, G&& t
 // SIMD-groups of the threadgroup run up to the same barrier.
 __MK_F void barrier(frame& f, unsigned m, const char* file, int line, int column) {
   if (m != f.alive) metal::__mk::rt->simt_diverged(f.sg, f.alive & ~m, file, line);
-  if (f.fibers) {
-    metal::__mk::rt->barrier(file, line, column);
-    current_frame = &f;  // another SIMD-group ran on this thread meanwhile
-  }
+  if (f.fibers) metal::__mk::rt->simt_barrier(f.scheduler, file, line, column);
 }
 
 }  // namespace simt

@@ -37,6 +37,10 @@ AFFINE = {
 }
 SCALAR_TYPES = {"uint", "ushort", "int", "short", "uint32_t", "uint16_t", "int32_t", "int16_t", "ulong", "long",
                 "size_t"}
+# Vector positions: x is the scalar's base + lane (or tile column), y and z the SIMD-group's first lane's.
+VECTOR_TYPES = {"uint2": 2, "uint3": 3, "ushort2": 2, "ushort3": 3}
+POSITION_BASES = {"thread_position_in_threadgroup": "__f.pos[0].{c}",
+                  "thread_position_in_grid": "__f.base.{c} + __f.pos[0].{c}"}
 # Builtins that differ between the lanes of a SIMD-group, as per-lane expressions.
 LANE_BUILTINS = {
     "thread_position_in_grid": "__f.pos_in_grid(__l)",
@@ -181,6 +185,8 @@ class _KernelPlan:
             words = v.type_text.replace("const", "").split()
             if v.builtin in AFFINE and v not in written and len(words) == 1 and words[0] in SCALAR_TYPES:
                 v.affine, v.affine_base = AFFINE[v.builtin]
+            elif v.builtin in POSITION_BASES and v not in written and len(words) == 1 and words[0] in VECTOR_TYPES:
+                v.affine, v.vector = "maybe", VECTOR_TYPES[words[0]]
         self.emitter = Emitter(self.fn, True, False)
         self.emitter.sort_and_place()
 
@@ -188,9 +194,14 @@ class _KernelPlan:
         e, f = self.emitter, self.f
         prologue = ["mk::simt::frame& __f = *mk::simt::current_frame; unsigned __m = __f.alive, __rt = 0u; (void)__rt;"]
         if any(v.lanes and v.builtin.startswith("thread_position") for v in self.fn.params):
-            prologue.append("__f.init_positions(); const bool __affine = __f.affine; (void)__affine;")
+            prologue.append("const bool __affine = __f.affine; (void)__affine; "
+                            "const unsigned __rows = __f.rows; (void)__rows;")
         for v in self.fn.params:
-            if v.affine:
+            if v.vector:
+                for c in "xyz"[:v.vector]:
+                    base = POSITION_BASES[v.builtin].format(c=c)
+                    prologue.append(f"const unsigned __b_{v.name}_{c} = {base}; (void)__b_{v.name}_{c};")
+            elif v.affine:
                 prologue.append(f"const unsigned __b_{v.name} = {v.affine_base}; (void)__b_{v.name};")
         for v in self.fn.params:
             if not v.lanes or v.affine == "always":

@@ -77,6 +77,7 @@ class Var:
     type_text: str = ""       # a parameter's C++ type
     affine: str = ""          # a builtin whose lane l value is affine_base + l: "always", or "maybe" (when
     affine_base: str = ""     # the frame says so; else read from its per-lane table)
+    vector: int = 0           # an affine position builtin's components (2, 3), or 0 for a scalar's x
     matrix: bool = False      # a simdgroup_matrix: `*` on it is a SIMD-group function
     space: str = "?"          # what a pointer or reference points into (device, constant, threadgroup,
                               # thread), or where shared storage is (threadgroup)

@@ -17,6 +17,10 @@ from .analysis import Function, Info, conflict
 from .syntax import Unsupported
 
 LANES = "for (unsigned __l = 0; __l < 32u; ++__l) if (__m >> __l & 1u)"
+# Lane shapes with loops of their own, and when they hold (simt.h's frame::init_positions):
+# 32: lane l's x position is the SIMD-group's first x + l; 16, 8: the SIMD-group covers rows of
+# that many threads of a 16- or 8-wide threadgroup, lane l at column l % w of row l / w.
+SHAPES = {32: "__affine", 16: "__rows == 16u", 8: "__rows == 8u"}
 
 
 @dataclass(eq=False)
@@ -43,7 +47,7 @@ class Emitter:
         # M: run under masks, L: per-lane code inside a region, R: a region's lane loop.
         self.loops: list[tuple[str, int | None, bool]] = []
         self.region_end = ""                            # label ending the current region's lane body
-        self.affine_mode = False                        # render "maybe" affine builtins as base + lane
+        self.shape = 0                                  # lanes as rows of this width (see SHAPES); 0: any
         self.region_jumps: set[str] = set()             # mask variables a region's jumps set
 
     # ---------------------------------------------------------------- output
@@ -80,8 +84,8 @@ class Emitter:
                 continue
             v = fn.name_var.get(i)
             w = self.toks[i].text
-            if v is not None and v.affine and (v.affine == "always" or self.affine_mode):
-                out.append((i, f"{v.type_text}(__b_{v.name} + {lane})"))
+            if v is not None and v.affine and (v.affine == "always" or self.shape):
+                out.append((i, self.affine_value(v, lane)))
             elif v is not None and v.lanes:
                 if lane is None:
                     raise Unsupported(i, f"'{w}' differs between lanes where every lane must agree")
@@ -382,13 +386,15 @@ class Emitter:
                  for dc in d.declarators if dc.var.lanes]
         self.put(first.a, " ".join(decls))
         jumps: set[str] = set()
-        if self.uses_maybe_affine(stmts):
-            # Positions that are base + lane in most dispatches (then the compiler vectorises
-            # accesses indexed by them): one loop for those, one for the others.
-            self.put(first.a, "if (__affine) {")
-            self.affine_mode = True
-            jumps = self.region_loop(stmts)
-            self.affine_mode = False
+        shapes = self.shapes(stmts)
+        if shapes:
+            # Positions that are base + lane (or rows of a tile) in most dispatches, so the
+            # compiler vectorises accesses indexed by them: a loop per shape, one for the others.
+            for j, w in enumerate(shapes):
+                self.put(first.a if j == 0 else stmts[-1].b, f"{'} else ' if j else ''}if ({SHAPES[w]}) {{")
+                self.shape = w
+                jumps = self.region_loop(stmts)
+                self.shape = 0
             self.put(stmts[-1].b, "} else {")
             self.region_loop(stmts)
             self.put(stmts[-1].b, "}")
@@ -400,9 +406,48 @@ class Emitter:
                 after += " __f.alive &= ~__rt;"
             self.put(stmts[-1].b, after)
 
-    def uses_maybe_affine(self, stmts) -> bool:
-        return any(v is not None and v.affine == "maybe"
-                   for s in stmts for v in (self.fn.name_var.get(i) for i in range(s.a, s.b + 1)))
+    def shapes(self, stmts) -> list[int]:
+        """The lane shapes worth a loop of their own for stmts (see SHAPES): none if they use no
+        position builtin, rows of 32 for scalar positions, tiles too for vector ones."""
+        used = [v for s in stmts for v in (self.fn.name_var.get(i) for i in range(s.a, s.b + 1))
+                if v is not None and v.affine == "maybe"]
+        return [] if not used else list(SHAPES) if any(v.vector for v in used) else [32]
+
+    def lanes_loop(self, active: bool = True) -> str:
+        """The loop header running its body for each active lane `__l` (every lane if not
+        `active`) in the current shape."""
+        w = self.shape
+        if w in (0, 32):
+            return LANES if active else "for (unsigned __l = 0; __l < 32u; ++__l)"
+        return (f"for (unsigned __r = 0; __r < {32 // w}u; ++__r) for (unsigned __c = 0; __c < {w}u; ++__c) "
+                f"if (const unsigned __l = __r * {w}u + __c; {'__m >> __l & 1u' if active else 'true'})")
+
+    def by_shape(self, stmts, code) -> str:
+        """code() for every shape stmts are worth (see shapes), chosen at run time, then for any."""
+        out = ""
+        for w in self.shapes(stmts):
+            self.shape = w
+            out += f"if ({SHAPES[w]}) {{ {code()} }} else "
+            self.shape = 0
+        return f"{out}{{ {code()} }}" if out else code()
+
+    def affine_value(self, v, lane: str) -> str:
+        """Builtin v's value for `lane` as base + lane (or + tile column and row in a tile shape)."""
+        w = self.shape
+        if v.affine == "always" or not v.vector:
+            if v.affine == "always" or w in (0, 32):
+                return f"{v.type_text}(__b_{v.name} + {lane})"
+            col = "__c" if lane == "__l" else f"({lane} % {w}u)"
+            return f"{v.type_text}(__b_{v.name} + {col})"
+        elem = v.type_text.rstrip("234")
+        if w == 32:
+            col, row = lane, ""
+        else:
+            col, row = ("__c", " + __r") if lane == "__l" else (f"({lane} % {w}u)", f" + {lane} / {w}u")
+        parts = [f"{elem}(__b_{v.name}_x + {col})", f"{elem}(__b_{v.name}_y{row})"]
+        if v.vector == 3:
+            parts.append(f"{elem}(__b_{v.name}_z)")
+        return f"{v.type_text}({', '.join(parts)})"
 
     def region_loop(self, stmts) -> set[str]:
         """One lane loop running stmts; returns the mask variables its jumps set."""
@@ -410,7 +455,7 @@ class Emitter:
         outer_end, outer_jumps = self.region_end, self.region_jumps
         self.region_end, self.region_jumps = f"__mk_e{k}", set()
         self.loops.append(("R", None, False))
-        self.put(stmts[0].a, f"{LANES} {{ {{")
+        self.put(stmts[0].a, f"{self.lanes_loop()} {{ {{")
         for s in stmts:
             self.lane_stmt(s)
         self.loops.pop()
@@ -551,13 +596,10 @@ class Emitter:
             rhs0 = self.expr(e.rhs, "0")
 
             def phases() -> str:
-                return (f"{LANES} __v{k}.set(__l, {self.expr(e.rhs, '__l')}); "
-                        f"{LANES} {self.expr(e.lhs, '__l')} {e.op} __v{k}[__l];")
-            code = phases()
-            if self.uses_maybe_affine([s]):
-                self.affine_mode = True
-                code = f"if (__affine) {{ {phases()} }} else {{ {code} }}"
-                self.affine_mode = False
+                lanes = self.lanes_loop()
+                return (f"{lanes} __v{k}.set(__l, {self.expr(e.rhs, '__l')}); "
+                        f"{lanes} {self.expr(e.lhs, '__l')} {e.op} __v{k}[__l];")
+            code = self.by_shape([s], phases)
             self.put(s.a, f"{{ mk::lanes<mk::simt::auto_t<decltype(({rhs0}))>> __v{k}; {code} }}")
             return
         # Calls that read and write memory (atomics, helpers): one lane after another.
@@ -691,12 +733,11 @@ class Emitter:
         """Code setting `var` to the mask of active lanes for which cond holds."""
         inf = self.info(cond)
         pre = self.hoist(inf.hoists) if inf.hoists else ""
-        loop = f"{LANES} {{ if ({self.expr(cond, '__l')}) {var} |= 1u << __l; }}"
-        if self.uses_maybe_affine([cond]):
-            self.affine_mode = True
-            loop = f"if (__affine) {{ {LANES} {{ if ({self.expr(cond, '__l')}) {var} |= 1u << __l; }} }} else {{ {loop} }}"
-            self.affine_mode = False
-        code = f"{pre} unsigned {var} = 0u; {loop}"
+        # A flag for every lane (cond evaluated for the active ones), then one pack: OR-ing bits
+        # lane by lane vectorises into a slow horizontal OR.
+        loop = self.by_shape([cond], lambda: f"{self.lanes_loop(active=False)} __b{var}[__l] = "
+                                             f"(__m >> __l & 1u) && ({self.expr(cond, '__l')});")
+        code = f"{pre} unsigned {var}; {{ bool __b{var}[32]; {loop} {var} = mk::simt::pack(__b{var}); }}"
         for h in inf.hoists:
             del self.subst[h.a]
         return code
