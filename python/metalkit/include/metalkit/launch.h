@@ -67,6 +67,7 @@ template <class P> constexpr mk_arg_info describe(const char* name, const char* 
 // The ids shared by every thread of group g; returns the group's (clipped) size.
 inline __attribute__((always_inline)) u3 group_ids(const mk_dispatch* d, mk_u64 g, thread_ids& t, u3& base) {
   const unsigned gx = d->ngroups[0], gy = d->ngroups[1];
+  ++group_serial;
   t.ngroups = {d->ngroups[0], d->ngroups[1], d->ngroups[2]};
   t.grid = {d->grid[0], d->grid[1], d->grid[2]};
   t.dispatch_group_size = {d->tg[0], d->tg[1], d->tg[2]};

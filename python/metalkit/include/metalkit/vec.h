@@ -33,6 +33,12 @@ template <class T, int N> using ev = lane_t<T> __attribute__((ext_vector_type(N)
 template <class T, class U>
 constexpr bool fp16_pair = sizeof(T) == 2 && sizeof(U) == 2 && __is_floating_point(T) && __is_floating_point(U) &&
                            !__is_same(T, U);
+// The operand of a user's cast to T (the front end wraps them, msl/passes/fp16_casts.py): a
+// half to bfloat or bfloat to half goes through float, anything else is passed on as it is.
+template <class T, class U> __MK_CF decltype(auto) cast_arg(U &&u) {
+  if constexpr (fp16_pair<remove_cv_t<T>, remove_cv_t<remove_reference_t<U>>>) return (float)u;
+  else return static_cast<U &&>(u);
+}
 template <class T, class U> __MK_CF lane_t<T> to_lane(U u) {
   if constexpr (fp16_pair<T, U>) return (T)(float)u;
   else return (lane_t<T>)(T)u;

@@ -150,6 +150,7 @@ def blank_unbuilt(unit: Unit) -> None:
                 src.blank(a + 1, b - 1)
                 for i in range(a + 1, b):
                     src.after.pop(i, None)
+                    src.before.pop(i, None)
                 unit.dropped.update(range(a + 1, b))
                 for ln in range(unit.toks[a].line, unit.toks[b].line):  # loop hints with no loop left
                     if src.lines[ln].lstrip().startswith("#pragma"):
