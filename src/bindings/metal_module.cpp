@@ -92,7 +92,8 @@ KernelDecls kernel_decls(py::handle kernels) {
     for (auto p : t[2]) {
       auto q = p.cast<py::tuple>();
       k.params.push_back({kind_named(q[0].cast<std::string>()), q[1].cast<int>(), q[2].cast<std::string>(),
-                          q[3].cast<std::string>(), Space(q[4].cast<int>())});
+                          q[3].cast<std::string>(), Space(q[4].cast<int>()),
+                          q.size() > 5 ? q[5].cast<uint32_t>() : 0u});
     }
     out[item.first.cast<std::string>()] = std::move(k);
   }

@@ -49,6 +49,7 @@ def prepass(text: str, is_user, constants: dict | None = None, only=None, duplic
     function_constants.bind(unit)
     kernels.collect(unit, duplicates)
     reach = callgraph.mark(unit)
+    function_constants.find_unset_uses(unit, reach)
     if only is not None:
         unit.kernels = [k for k in unit.kernels if k.host_name in only]
         kernels.blank_unbuilt(unit)

@@ -26,6 +26,7 @@ enum thread_scope {
   thread_scope_simdgroup = 1,
   thread_scope_threadgroup = 2,
   thread_scope_device = 3,
+  __mk_thread_scope_system = 4,  // so that a library's thread_scope_system converts (below)
 };
 // Apple's headers name the system scope (memory coherent with the CPU) by this macro; on the CPU
 // it is the device scope.

@@ -452,6 +452,9 @@ class Function:
                         self.scan(a, info)
                     if dc.var.kind != "shared":
                         info.writes.add(dc.var)
+                if "constexpr" in s.specs:  # evaluated by the compiler: no effects, one value in every lane
+                    info.impure = False
+                    info.hoists = []
             elif isinstance(s, sx.Return):
                 self.scan(s.value, info)
             elif isinstance(s, sx.Case):
