@@ -196,6 +196,9 @@ template <typename T, int N> struct vec : __mk::vstore<T, N> {
   // One scalar per component (any arithmetic types, converted to T).
   template <class... U, __mk::req<sizeof...(U) == N && (__is_arithmetic(U) && ...)> = 0>
   __MK_CF vec(U... s) : __base(__storage{__mk::to_lane<T>(s)...}) {}
+  // Fewer scalars than components, as a braced list (uint4 v = {a, b, c}): the rest are zero.
+  template <class... U, __mk::req<(sizeof...(U) >= 2 && sizeof...(U) < N) && (__is_arithmetic(U) && ...)> = 0>
+  __MK_CF vec(U... s) : __base(__storage{__mk::to_lane<T>(s)...}) {}
   // Scalars and vectors of element type T totalling N components.
   template <class... A, __mk::req<__mk::mixed_ok<T, N, A...>> = 0>
   __MK_CF vec(const A &...a) : __base(__mk::gather<T, N>(a...)) {}

@@ -455,6 +455,7 @@ class Function:
                 if "constexpr" in s.specs:  # evaluated by the compiler: no effects, one value in every lane
                     info.impure = False
                     info.hoists = []
+                    info.mem_r, info.mem_w = set(), set()
             elif isinstance(s, sx.Return):
                 self.scan(s.value, info)
             elif isinstance(s, sx.Case):
