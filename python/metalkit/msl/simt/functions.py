@@ -155,12 +155,18 @@ def _template_params(unit: Unit, a: int, b: int) -> list[TParam]:
         words = [toks[j].text for j in range(s, eq)]
         if "template" in words:
             raise Unsupported(s, "a template template parameter on a function that uses SIMD-group functions")
-        last = toks[eq - 1]
-        if eq - 1 > s and last.kind == "id" and last.text not in ("typename", "class"):
-            nm = last.text
-        else:  # unnamed (`enable_if_t<C, bool> = true`): named here, so the twin can pass it on
+        ids = [j for j in range(s, eq) if toks[j].kind == "id" and toks[j].text not in ("typename", "class")]
+        if toks[eq - 1].text in (">", ">>") and "(" not in words:
+            # unnamed (`enable_if_t<C, bool> = true`): named here, so the twin can pass it on
             nm = f"__mk_tp_{s}"
             src.insert_after(eq - 1, f" {nm}")
+        elif any(toks[j].text == "(" and toks[j + 1].text == "*" and toks[j + 2].kind == "id" for j in range(s, eq - 2)):
+            # a function pointer, `void (*f)(args)`: the name is inside the first parentheses
+            nm = next(toks[j + 2].text for j in range(s, eq - 2) if toks[j].text == "(" and toks[j + 1].text == "*")
+        elif ids:
+            nm = toks[ids[-1]].text
+        else:
+            raise Unsupported(s, "an unnamed template parameter on a function that uses SIMD-group functions")
         out.append(TParam(nm, " ".join(src.text_of(j) for j in range(s, eq)), "..." in words))
     return out
 
