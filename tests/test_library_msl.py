@@ -108,7 +108,7 @@ def test_apples_internal_builtins(device, rng):
     np.testing.assert_array_equal(o[:, 4], np.where(j >= 3, x[src], -x[src]))
     np.testing.assert_array_equal(o[:, 5], lane)
     np.testing.assert_array_equal(o[:, 6], 33)
-    np.testing.assert_allclose(o[:, 7], x * 2 + 1, rtol=1e-6)
+    np.testing.assert_allclose(o[:, 7], x * 2 + 1, rtol=1e-6, atol=1e-6)
 
 
 def test_half_bfloat_conversions(device, rng):
@@ -155,7 +155,7 @@ def test_threadgroup_variable_with_initializer(device, rng, n, tg):
     out = np.zeros(n, np.float32)
     lib.k(x, out, threadgroup=tg)
     g = np.arange(n) // tg
-    np.testing.assert_allclose(out, x * (1.5 + g) - 2.0, rtol=1e-6)
+    np.testing.assert_allclose(out, x * (1.5 + g) - 2.0, rtol=1e-6, atol=1e-5)
 
 
 def test_array_parameters(device, rng):
@@ -171,9 +171,9 @@ def test_array_parameters(device, rng):
     out = np.zeros((7, 5), np.float32)
     w = rng.standard_normal((3, 2)).astype(np.float32)
     lib.k(a, out, np.array([1, 7]), w, grid=(5, 7))  # the transpose, through the strides
-    np.testing.assert_allclose(out, a.T * w[2, 1] + w[1, 0], rtol=1e-6)
+    np.testing.assert_allclose(out, a.T * w[2, 1] + w[1, 0], rtol=1e-6, atol=1e-6)  # fma or not
     lib.k(a, out, [7, 1], w.tolist(), grid=(7, 5))
-    np.testing.assert_allclose(out.reshape(5, 7), a * w[2, 1] + w[1, 0], rtol=1e-6)
+    np.testing.assert_allclose(out.reshape(5, 7), a * w[2, 1] + w[1, 0], rtol=1e-6, atol=1e-6)
     before = out.copy()
     for bad, match in [((1,), "array of 2 values, got 1"), ([1, 2, 3], "array of 2 values, got 3"),
                        (3, "array of 2 values; pass a sequence")]:
@@ -231,7 +231,7 @@ def test_function_constant_without_a_value(device, rng):
     with_bias = build(src, constants={"use_bias": True, "offset": 2})
     z = x.copy()
     with_bias.guarded(z, b)
-    np.testing.assert_allclose(z, x + 2 + b, rtol=1e-6)
+    np.testing.assert_allclose(z, x + 2 + b, rtol=1e-6, atol=1e-6)
 
 
 def test_errors_inside_the_stdlib_point_at_the_users_line(device):
