@@ -213,7 +213,7 @@ void register_rules(py::module_& m) {
     py::list out;
     for (const ArgSpec& a : spec.args)
       out.append(py::make_tuple(kind_name(a.kind), a.index, a.name, a.decl, msl_type_name(a.type), a.vec_width,
-                                space_name(a.space), a.writable, a.elem_size));
+                                space_name(a.space), a.writable, a.elem_size, a.array_len));
     return py::make_tuple(spec.file, spec.line, out);
   });
 }
