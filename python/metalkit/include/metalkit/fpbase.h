@@ -5,8 +5,8 @@
 // at least as accurate as MSL requires, and x86 has no native half math
 // anyway. An implementation is a struct with a static template `op` that
 // accepts float or a float ext-vector. The macros below stamp out the MSL
-// overload set for it: non-template scalar overloads (so arguments convert
-// implicitly, e.g. clamp(x, 0.0, 1.0)) and one constrained template for
+// overload set for it: one template for scalars, constrained to the floating
+// types as Apple's are (integer arguments convert: clamp(x, 0, 1)), and one for
 // vectors (vec or packed_vec arguments, result vec).
 #pragma once
 #pragma clang system_header

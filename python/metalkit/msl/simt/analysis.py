@@ -52,7 +52,8 @@ UNIFORM_RESULT = {
 }
 # SIMD-group names that are not collective calls.
 NOT_COLLECTIVE = {"simd_is_helper_thread", "quad_is_helper_thread", "simdgroup_barrier", "threadgroup_barrier"}
-COLLECTIVE_PREFIXES = ("simd_", "quad_", "simdgroup_", "__metal_simd", "__metal_quad", "__metal_get_thread_index_in_simdgroup")
+COLLECTIVE_PREFIXES = ("simd_", "quad_", "simdgroup_", "__metal_simd", "__metal_quad",
+                       "__metal_get_thread_index_in_simdgroup")  # Apple's builtins (include/metalkit/builtins.h)
 
 
 def is_collective(name: str) -> bool:
