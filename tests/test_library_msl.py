@@ -243,3 +243,41 @@ def test_errors_inside_the_stdlib_point_at_the_users_line(device):
     assert e.value.filename == "shuffle.metal" and e.value.lineno == 5
     assert "simd_shuffle(x[i], 0)" in e.value.text and "MSL has no bool form" in str(e.value)
     assert "reached from this line" in str(e.value)
+
+
+def test_library_helper_shapes_in_lockstep_kernels(device, rng):
+    # Shapes real libraries' SIMD-group helpers have: methods after a static method, an unnamed
+    # enable_if template parameter, a constexpr local set by a constexpr function, a braced
+    # vector with fewer values than components.
+    lib = build("""
+    template <int B> constexpr int pack_of() { return 32 / B; }
+    struct Sum {
+      static float combine(float a, float b) { return a + b; }
+      float scan(float x) thread {
+        for (int d = 1; d < 32; d *= 2) x = combine(x, simd_shuffle_and_fill_up(x, 0.0f, ushort(d)));
+        return x;
+      }
+      float exclusive(float x) thread { return simd_shuffle_and_fill_up(scan(x), 0.0f, ushort(1)); }
+    };
+    template <typename T, metal::enable_if_t<sizeof(T) == 4, bool> = true>
+    T group_total(T v) { return simd_sum(v); }
+    kernel void k(device const float* x [[buffer(0)]], device float* out [[buffer(1)]],
+                  uint i [[thread_position_in_grid]]) {
+      constexpr int per = pack_of<8>();
+      uint4 z = {1u, 2u, 3u};
+      Sum op;
+      out[3 * i] = op.exclusive(x[i]);
+      out[3 * i + 1] = group_total(x[i]) * per;
+      out[3 * i + 2] = float(z.x + z.y + z.z + z.w);
+    }""")
+    assert lib.k.execution == "simt"
+    n = 64
+    x = rng.standard_normal(n).astype(np.float32)
+    out = np.zeros(3 * n, np.float32)
+    lib.k(x, out, grid=n, threadgroup=32)
+    o = out.reshape(n, 3)
+    g = x.reshape(2, 32)
+    excl = np.concatenate([np.zeros((2, 1), np.float32), np.cumsum(g, 1)[:, :-1]], 1).reshape(-1)
+    np.testing.assert_allclose(o[:, 0], excl, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(o[:, 1], np.repeat(g.sum(1), 32) * 4, rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(o[:, 2], 6)
