@@ -189,7 +189,10 @@ def test_template_max_threads_per_instantiation(device, rng):
     namespace ops {
     template <typename T, int N>
     [[kernel, max_total_threads_per_threadgroup(N * 2)]] void fill(device T* x [[buffer(0)]],
-                                                                  uint i [[thread_position_in_grid]]) { x[i] = T(N); }
+                                                                  uint i [[thread_position_in_grid]]) {
+      threadgroup_barrier(mem_flags::mem_none);  // a lockstep kernel, whose body the SIMT pass rewrites
+      x[i] = T(N);
+    }
     template [[host_name("fill_64")]] [[kernel]] void fill<float, 32>(device float*, uint);
     template [[host_name("fill_256")]] [[kernel]] void fill<int, 128>(device int*, uint);
     }""")

@@ -75,7 +75,7 @@ def _max_threads(src: Source, f: FnDef) -> int:
 def _max_threads_of(unit: Unit, tmpl: FnDef, targs: tuple[int, int], made: dict) -> int | str:
     """A template kernel's max_total_threads_per_threadgroup for one instantiation: the attribute's
     expression as a C++ constant expression of the instantiation's template arguments. A function
-    template with the kernel's own template head, defined after it, evaluates it; an instantiation
+    template with the kernel's own template head, defined before it, evaluates it; an instantiation
     whose arguments are all deduced (no <...>) keeps the 1024 Metal allows."""
     attr = next((a for a in tmpl.attrs if a.name == "max_total_threads_per_threadgroup"), None)
     if attr is None or not tmpl.is_template:
@@ -91,7 +91,8 @@ def _max_threads_of(unit: Unit, tmpl: FnDef, targs: tuple[int, int], made: dict)
         close = match_angle(toks, tmpl.head + 1)
         head = " ".join(t.text for t in toks[tmpl.head:close + 1])
         name = f"max_threads_{len(made)}"
-        unit.src.insert_after(tmpl.body[1], f" {head} constexpr unsigned __mk_{name}() {{ return ({attr.args}); }}")
+        # Before the kernel template (its body may be rewritten whole by the SIMT pass).
+        unit.src.insert_before(tmpl.head, f"{head} constexpr unsigned __mk_{name}() {{ return ({attr.args}); }}")
         made[id(tmpl)] = ("::" + tmpl.scope + "::" if tmpl.scope else "::") + "__mk_" + name
     return made[id(tmpl)] + " ".join(t.text for t in toks[targs[0]:targs[1] + 1]) + "()"
 
