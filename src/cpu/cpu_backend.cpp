@@ -193,6 +193,7 @@ class CpuKernel : public KernelImpl {
       s.writable = a.writable != 0;
       s.elem_size = a.elem_size;
       s.elem_align = a.elem_align;
+      s.array_len = uint32_t(a.array_len > 0 ? a.array_len : 0);
       spec_.args.push_back(std::move(s));
     }
   }
@@ -273,8 +274,13 @@ class CpuLibrary : public LibraryImpl {
   std::shared_ptr<KernelImpl> kernel(const std::string& name) override {
     for (int i = 0; i < mod_->info->nkernels; ++i)
       if (name == mod_->info->kernels[i].name) {
+        const mk_kernel_info& k = mod_->info->kernels[i];
+        if (k.unset_constant && *k.unset_constant)
+          throw CompileFailure("kernel '" + name + "' uses function constant '" + k.unset_constant +
+                               "', which was given no value: pass it in constants= (or Library.specialize), "
+                               "or test is_function_constant_defined(" + k.unset_constant + ") before using it");
         auto& slot = kernels_[name];
-        if (!slot) slot = std::make_shared<CpuKernel>(mod_, mod_->info->kernels[i]);
+        if (!slot) slot = std::make_shared<CpuKernel>(mod_, k);
         return slot;
       }
     return nullptr;

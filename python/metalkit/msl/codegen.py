@@ -53,7 +53,7 @@ def launchers(kernels: list[Kernel]) -> str:
             if not p.present:
                 continue  # [[function_constant(c)]] with c false: no argument to bind
             rows.append(f"  mk::describe<mk::param_t<__mk_F{n}, {i}>>({_c_string(p.name)}, {_c_string(p.decl)}, "
-                        f"{_c_string(p.builtin)}, {p.index}, {_KIND[p.kind]}, {p.space}),")
+                        f"{_c_string(p.builtin)}, {p.index}, {_KIND[p.kind]}, {p.space}, {p.array}),")
         out.append(f"const mk_arg_info __mk_args{n}[] = {{")
         out.extend(rows or ["  {}"])
         out.append("};")
@@ -96,8 +96,9 @@ def launchers(kernels: list[Kernel]) -> str:
         if k.uses_barrier:
             flags += " | MK_KERNEL_BARRIERS"
         nargs = sum(p.present for p in k.params)
-        out.append(f"  {{{_c_string(k.host_name)}, __mk_args{n}, {nargs}, {k.max_threads}, {flags}, 0, "
-                   f"__mk_launch{n}, {_c_string(k.file)}, {k.line}, {_c_string(k.execution)}}},")
+        out.append(f"  {{{_c_string(k.host_name)}, __mk_args{n}, {nargs}, (unsigned)({k.max_threads}), {flags}, 0, "
+                   f"__mk_launch{n}, {_c_string(k.file)}, {k.line}, {_c_string(k.execution)}, "
+                   f"{_c_string(k.unset_constant)}}},")
     if not kernels:
         out.append("  {}")
     out.append("};")

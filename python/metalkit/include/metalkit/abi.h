@@ -41,6 +41,7 @@ typedef struct mk_arg_info {
   int writable;          // the kernel may write through it
   mk_u64 elem_size;      // sizeof the pointee / referenced type
   mk_u64 elem_align;     // alignof the same
+  int array_len;         // N for a fixed-length array parameter (constant T x[N]), else 0
 } mk_arg_info;
 
 // One dispatch as the runtime hands it to a launcher. args[i] follows the
@@ -73,6 +74,8 @@ typedef struct mk_kernel_info {
   const char* file;          // where the kernel is defined, for messages
   int line;
   const char* execution;     // "loop", "simt", or "fibers: " and why
+  const char* unset_constant; // a function constant it uses that has no value ("" if none): creating
+                              // the kernel fails, as Metal's specialised function does
 } mk_kernel_info;
 
 typedef struct mk_module_info {

@@ -55,18 +55,19 @@ template <class T, bool = __is_enum(T)> struct plain { using type = T; };
 template <class T> struct plain<T, true> { using type = __underlying_type(T); };
 
 template <class P> constexpr mk_arg_info describe(const char* name, const char* decl, const char* builtin,
-                                                  int index, int kind, int space) {
+                                                  int index, int kind, int space, int array_len = 0) {
   using E = typename unconst<typename strip<P>::type>::type;
   using C = typename plain<E>::type;
   constexpr bool ro = unconst<typename strip<P>::type>::is_const;
   return mk_arg_info{name, decl, builtin, index, kind, code<C>::value, code<C>::width, space,
                      (kind == MK_ARG_BUFFER || kind == MK_ARG_THREADGROUP) && !ro && space != MK_SPACE_CONSTANT,
-                     layout<E>::size, layout<E>::align};
+                     layout<E>::size, layout<E>::align, array_len};
 }
 
 // The ids shared by every thread of group g; returns the group's (clipped) size.
 inline __attribute__((always_inline)) u3 group_ids(const mk_dispatch* d, mk_u64 g, thread_ids& t, u3& base) {
   const unsigned gx = d->ngroups[0], gy = d->ngroups[1];
+  ++group_serial;
   t.ngroups = {d->ngroups[0], d->ngroups[1], d->ngroups[2]};
   t.grid = {d->grid[0], d->grid[1], d->grid[2]};
   t.dispatch_group_size = {d->tg[0], d->tg[1], d->tg[2]};
