@@ -6,7 +6,7 @@
 
 // Constants are enumerators, not macros: a module's source is preprocessed
 // before its launchers are appended, so macros from here would be gone.
-enum { MK_ABI_VERSION = 5, MK_SIMD_SLOT = 256 };
+enum { MK_ABI_VERSION = 6, MK_SIMD_SLOT = 256 };
 
 #ifdef __cplusplus
 extern "C" {
