@@ -74,20 +74,31 @@ def launchers(kernels: list[Kernel]) -> str:
                 binds.append(f"  {P} a{i} = mk::bind<{P}>::get(d->args[{slot}]);")
                 call.append(f"a{i}")
             slot += 1
-        out.append(f"void __mk_launch{n}(const mk_dispatch* d, mk_u64 first, mk_u64 last, char* tg) {{")
+        out.append(f"void __mk_launch{n}(const mk_dispatch* d, mk_u64 first, mk_u64 last, char* tg, "
+                   "volatile mk_u64* at) {")
         out.append("  (void)tg;")
         out.extend(binds)
         if k.execution == "simt":
-            runner = f"mk::run_groups_simt(d, first, last, {'true' if k.uses_barrier else 'false'}, "
+            runner = f"mk::run_groups_simt(d, first, last, at, {'true' if k.uses_barrier else 'false'}, "
         elif k.needs_sync:
-            runner = "mk::run_groups_fibers(d, first, last, "
+            runner = "mk::run_groups_fibers(d, first, last, at, "
         else:
-            runner = "mk::run_groups(d, first, last, "
+            runner = "mk::run_groups(d, first, last, at, "
         out.append(f"  {runner}[&](const mk::thread_ids& t) __attribute__((always_inline)) {{")
         out.append("    (void)t;")
         out.append(f"    {fp}({', '.join(call)});")
         out.append("  });")
         out.append("}")
+        if not k.needs_sync:
+            # One thread through the kernel's own out-of-line code (no second inlined copy to compile).
+            out.append(f"void __mk_probe{n}(const mk_dispatch* d, mk_u64 g, unsigned i, char* tg) {{")
+            out.append("  (void)tg;")
+            out.extend(binds)
+            out.append("  mk::run_one(d, g, i, [&](const mk::thread_ids& t) {")
+            out.append("    (void)t;")
+            out.append(f"    [[clang::noinline]] {fp}({', '.join(call)});")
+            out.append("  });")
+            out.append("}")
     out.append("const mk_kernel_info __mk_kernels[] = {")
     for n, k in enumerate(kernels):
         flags = "0"
@@ -97,7 +108,8 @@ def launchers(kernels: list[Kernel]) -> str:
             flags += " | MK_KERNEL_BARRIERS"
         nargs = sum(p.present for p in k.params)
         out.append(f"  {{{_c_string(k.host_name)}, __mk_args{n}, {nargs}, {k.max_threads}, {flags}, 0, "
-                   f"__mk_launch{n}, {_c_string(k.file)}, {k.line}, {_c_string(k.execution)}}},")
+                   f"__mk_launch{n}, {_c_string(k.file)}, {k.line}, {_c_string(k.execution)}, "
+                   f"{'nullptr' if k.needs_sync else f'__mk_probe{n}'}}},")
     if not kernels:
         out.append("  {}")
     out.append("};")

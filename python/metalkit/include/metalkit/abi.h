@@ -6,7 +6,7 @@
 
 // Constants are enumerators, not macros: a module's source is preprocessed
 // before its launchers are appended, so macros from here would be gone.
-enum { MK_ABI_VERSION = 4, MK_SIMD_SLOT = 256 };
+enum { MK_ABI_VERSION = 5, MK_SIMD_SLOT = 256 };
 
 #ifdef __cplusplus
 extern "C" {
@@ -55,8 +55,14 @@ typedef struct mk_dispatch {
 } mk_dispatch;
 
 // Runs threadgroups [first, last) (linear index, x fastest) on the calling
-// thread. tg_arena is this worker's threadgroup memory.
-typedef void (*mk_launch_fn)(const mk_dispatch* d, mk_u64 first, mk_u64 last, char* tg_arena);
+// thread. tg_arena is this worker's threadgroup memory; *group is set to each
+// group's index before it runs, so a fault can name its threadgroup.
+typedef void (*mk_launch_fn)(const mk_dispatch* d, mk_u64 first, mk_u64 last, char* tg_arena,
+                             volatile mk_u64* group);
+// Runs thread `thread` (linear index in its group) of threadgroup `group` alone, calling the
+// kernel's own (not inlined) code: after a fault in a kernel run as a loop, the runtime runs
+// the faulting group's threads one by one to find the thread.
+typedef void (*mk_probe_fn)(const mk_dispatch* d, mk_u64 group, unsigned thread, char* tg_arena);
 
 // How a kernel runs: a plain loop over its threads (no barrier, no SIMD-group function),
 // SIMT (each SIMD-group's lanes in lockstep, front end's msl/simt), or a fiber per thread.
@@ -73,6 +79,7 @@ typedef struct mk_kernel_info {
   const char* file;          // where the kernel is defined, for messages
   int line;
   const char* execution;     // "loop", "simt", or "fibers: " and why
+  mk_probe_fn probe;         // kernels run as a loop; null for the others
 } mk_kernel_info;
 
 typedef struct mk_module_info {

@@ -83,8 +83,10 @@ inline __attribute__((always_inline)) u3 group_ids(const mk_dispatch* d, mk_u64 
 // kernels with no barrier and no SIMD-group function, so the compiler can
 // vectorise the innermost loop.
 template <class Body>
-inline __attribute__((always_inline)) void run_groups(const mk_dispatch* d, mk_u64 first, mk_u64 last, Body body) {
+inline __attribute__((always_inline)) void run_groups(const mk_dispatch* d, mk_u64 first, mk_u64 last,
+                                                      volatile mk_u64* at, Body body) {
   for (mk_u64 g = first; g < last; ++g) {
+    *at = g;
     thread_ids t;
     u3 base;
     const u3 n = group_ids(d, g, t, base);
@@ -97,6 +99,17 @@ inline __attribute__((always_inline)) void run_groups(const mk_dispatch* d, mk_u
           body(t);
         }
   }
+}
+
+// One thread of group g alone (mk_probe_fn).
+template <class Body> void run_one(const mk_dispatch* d, mk_u64 g, unsigned i, Body body) {
+  thread_ids t;
+  u3 base;
+  const u3 n = group_ids(d, g, t, base);
+  t.pos_in_group = {i % n.x, (i / n.x) % n.y, i / (n.x * n.y)};
+  t.pos_in_grid = {base.x + t.pos_in_group.x, base.y + t.pos_in_group.y, base.z + t.pos_in_group.z};
+  t.index_in_group = i;
+  body(t);
 }
 
 template <class Body> struct fiber_group {
@@ -117,8 +130,10 @@ template <class Body> void fiber_thread(void* p, unsigned i) {
 
 // Runs each threadgroup's threads as fibers (kernels with barriers or
 // SIMD-group functions): the runtime schedules them.
-template <class Body> void run_groups_fibers(const mk_dispatch* d, mk_u64 first, mk_u64 last, Body body) {
+template <class Body>
+void run_groups_fibers(const mk_dispatch* d, mk_u64 first, mk_u64 last, volatile mk_u64* at, Body body) {
   for (mk_u64 g = first; g < last; ++g) {
+    *at = g;
     fiber_group<Body> c;
     c.body = &body;
     const u3 n = group_ids(d, g, c.t, c.base);
@@ -162,8 +177,10 @@ template <class Body> void simt_sg(void* p, unsigned sg) {
 }
 
 template <class Body>
-void run_groups_simt(const mk_dispatch* d, mk_u64 first, mk_u64 last, bool barriers, Body body) {
+void run_groups_simt(const mk_dispatch* d, mk_u64 first, mk_u64 last, volatile mk_u64* at, bool barriers,
+                     Body body) {
   for (mk_u64 g = first; g < last; ++g) {
+    *at = g;
     simt_group<Body> c;
     c.body = &body;
     c.fibers = barriers;
