@@ -106,18 +106,19 @@ struct Fault {
 };
 
 // Runs thread i of group g alone under `trap` (armed here); whether it faulted.
-bool probe_faults(mk_probe_fn probe, const mk_dispatch& d, uint64_t g, unsigned i, FaultTrap& trap) {
+bool alone_faults(mk_launch_fn launch, mk_dispatch d, uint64_t g, unsigned i, FaultTrap& trap) {
+  d.only = i;
   if (sigsetjmp(trap.env, 0) != 0) return true;
   trap.armed = true;
-  probe(&d, g, i, tg_arena());
+  launch(&d, g, g + 1, tg_arena(), &trap.group);
   trap.armed = false;
   return false;
 }
 
-// A kernel run as a loop faulted in group g: its threads run again one by one, through the
-// kernel's own code, until one faults. Writes of the threads before it happen twice (the
-// outputs of a faulted dispatch are partly written in any case). "" if none faults again.
-std::string faulting_thread(mk_probe_fn probe, const mk_dispatch& d, uint64_t g, FaultTrap& trap) {
+// A kernel run as a loop faulted in group g: its threads run again one at a time, through the
+// same code, until one faults. Writes of the threads before it happen twice (the outputs of a
+// faulted dispatch are partly written in any case). "" if none faults again.
+std::string faulting_thread(mk_launch_fn launch, const mk_dispatch& d, uint64_t g, FaultTrap& trap) {
   unsigned n[3];
   for (int k = 0; k < 3; ++k) {
     const uint64_t pos = k == 0 ? g % d.ngroups[0] : k == 1 ? (g / d.ngroups[0]) % d.ngroups[1]
@@ -127,9 +128,9 @@ std::string faulting_thread(mk_probe_fn probe, const mk_dispatch& d, uint64_t g,
   FaultTrap again;
   current_trap() = &again;
   for (unsigned i = 0; i < n[0] * n[1] * n[2]; ++i) {
-    if (!probe_faults(probe, d, g, i, again)) continue;
+    if (!alone_faults(launch, d, g, i, again)) continue;
     current_trap() = &trap;
-    if (again.signal && again.address == trap.address) trap.pc = again.pc;  // scalar code: the exact line
+    if (again.signal && again.address == trap.address) trap.pc = again.pc;  // one thread, not a vector of them
     return "thread " + std::to_string(i) + " at (" + std::to_string(i % n[0]) + ", " +
            std::to_string((i / n[0]) % n[1]) + ", " + std::to_string(i / (n[0] * n[1])) + ") in its threadgroup";
   }
@@ -161,8 +162,8 @@ Fault run_trapped(const mk_kernel_info& k, const mk_dispatch& d, uint64_t first,
   std::string where = abandon_group(trap.address, &overflow);
   if (where.empty() && trap.group < last) {
     where = "threadgroup " + group_at(d, trap.group);
-    if (trap.signal && k.probe) {
-      const std::string thread = faulting_thread(k.probe, d, trap.group, trap);
+    if (trap.signal && !(k.flags & (MK_KERNEL_NEEDS_FIBERS | MK_KERNEL_SIMT))) {
+      const std::string thread = faulting_thread(k.launch, d, trap.group, trap);
       if (!thread.empty()) where += ", " + thread;
     }
   }
@@ -267,6 +268,7 @@ class CpuKernel : public KernelImpl {
       d.ngroups[i] = g.ngroups.v[i];
     }
     d.args = args;
+    d.only = ~0u;
     const uint64_t groups = g.ngroups.product();
     // Enough groups per chunk that a chunk is worth a hand-off (~16k threads).
     const uint64_t per_group = std::max<uint64_t>(1, g.tg.product());

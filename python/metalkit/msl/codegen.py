@@ -89,16 +89,6 @@ def launchers(kernels: list[Kernel]) -> str:
         out.append(f"    {fp}({', '.join(call)});")
         out.append("  });")
         out.append("}")
-        if not k.needs_sync:
-            # One thread through the kernel's own out-of-line code (no second inlined copy to compile).
-            out.append(f"void __mk_probe{n}(const mk_dispatch* d, mk_u64 g, unsigned i, char* tg) {{")
-            out.append("  (void)tg;")
-            out.extend(binds)
-            out.append("  mk::run_one(d, g, i, [&](const mk::thread_ids& t) {")
-            out.append("    (void)t;")
-            out.append(f"    [[clang::noinline]] {fp}({', '.join(call)});")
-            out.append("  });")
-            out.append("}")
     out.append("const mk_kernel_info __mk_kernels[] = {")
     for n, k in enumerate(kernels):
         flags = "0"
@@ -108,8 +98,7 @@ def launchers(kernels: list[Kernel]) -> str:
             flags += " | MK_KERNEL_BARRIERS"
         nargs = sum(p.present for p in k.params)
         out.append(f"  {{{_c_string(k.host_name)}, __mk_args{n}, {nargs}, {k.max_threads}, {flags}, 0, "
-                   f"__mk_launch{n}, {_c_string(k.file)}, {k.line}, {_c_string(k.execution)}, "
-                   f"{'nullptr' if k.needs_sync else f'__mk_probe{n}'}}},")
+                   f"__mk_launch{n}, {_c_string(k.file)}, {k.line}, {_c_string(k.execution)}}},")
     if not kernels:
         out.append("  {}")
     out.append("};")

@@ -1,12 +1,13 @@
 """Where a faulting instruction of a compiled module is in the user's source.
 
 Modules are built with line tables (``-gline-tables-only``): for every
-instruction, the file and line it came from, and for code inlined from a
-function, where that function was called. The pre-pass keeps the user's file
-names and line numbers (``#line`` markers), so the innermost place in one of the
-user's files is the statement that faulted: a fault inside a metalkit header
-(an atomic, say) is reported at the user's call. Read only when a fault is
-reported, with pyelftools; ELF modules only (elsewhere no line is given).
+instruction, the file and line it came from. The pre-pass keeps the user's file
+names and line numbers (``#line`` markers), and metalkit's header functions are
+``nodebug``, so their inlined code (an atomic, a SIMD-group function) counts as
+the user's line that called them. An instruction of the launchers (a loop
+kernel's frame set up before its first thread) has no user line. Read only
+when a fault is reported, with pyelftools; ELF modules only (elsewhere no line
+is given).
 """
 from __future__ import annotations
 
@@ -77,18 +78,12 @@ def _in_cu(dwarf, cu, address: int) -> str | None:
     delta = 1 if prog.header.version < 5 else 0  # file and directory numbers start at 1 before DWARF 5
     files, dirs = prog.header.file_entry, prog.header.include_directory
 
-    def name(index: int) -> str:
-        entry = files[index - delta]
-        n = entry.name.decode(errors="replace")
-        if entry.dir_index and not os.path.isabs(n):  # directory 0 is the compile's own: the name is as written
-            n = os.path.join(dirs[entry.dir_index - delta].decode(errors="replace"), n)
-        return n
-
-    places = [(row.file, row.line)] + _call_sites(dwarf, cu, address)
-    for file_index, line in places:
-        file = name(file_index)
-        if line and file not in _NOT_USER and not file.startswith(INCLUDE_DIR):
-            return f"{file}:{line}"
+    entry = files[row.file - delta]
+    file = entry.name.decode(errors="replace")
+    if entry.dir_index and not os.path.isabs(file):  # directory 0 is the compile's own: the name is as written
+        file = os.path.join(dirs[entry.dir_index - delta].decode(errors="replace"), file)
+    if row.line and file not in _NOT_USER and not file.startswith(INCLUDE_DIR):
+        return f"{file}:{row.line}"
     return ""
 
 
@@ -103,45 +98,3 @@ def _row(prog, address: int):
             return prev
         prev = None if state.end_sequence else state
     return None
-
-
-def _call_sites(dwarf, cu, address: int) -> list[tuple[int, int]]:
-    """(file, line) of each call inlined at `address`, innermost first."""
-    sites = []
-    die = cu.get_top_DIE()
-    while True:
-        inner = next((c for c in die.iter_children() if _holds(dwarf, cu, c, address)), None)
-        if inner is None:
-            break
-        if inner.tag == "DW_TAG_inlined_subroutine" and "DW_AT_call_file" in inner.attributes:
-            sites.append((inner.attributes["DW_AT_call_file"].value, inner.attributes["DW_AT_call_line"].value))
-        die = inner
-    return sites[::-1]
-
-
-def _holds(dwarf, cu, die, address: int) -> bool:
-    """Whether the code of a function or inlined call `die` covers `address`."""
-    if die.tag not in ("DW_TAG_subprogram", "DW_TAG_inlined_subroutine", "DW_TAG_lexical_block"):
-        return False
-    a = die.attributes
-    if "DW_AT_low_pc" in a and "DW_AT_high_pc" in a:
-        lo = a["DW_AT_low_pc"].value
-        hi = a["DW_AT_high_pc"].value
-        if a["DW_AT_high_pc"].form != "DW_FORM_addr":  # a length
-            hi += lo
-        return lo <= address < hi
-    if "DW_AT_ranges" in a:
-        ranges = dwarf.range_lists()
-        if ranges is None:
-            return False
-        base = cu.get_top_DIE().attributes.get("DW_AT_low_pc")
-        base = base.value if base is not None else 0
-        for r in ranges.get_range_list_at_offset(a["DW_AT_ranges"].value, cu=cu):
-            if hasattr(r, "base_address"):
-                base = r.base_address
-                continue
-            lo, hi = (r.begin_offset, r.end_offset) if getattr(r, "is_absolute", False) else \
-                (base + r.begin_offset, base + r.end_offset)
-            if lo <= address < hi:
-                return True
-    return False

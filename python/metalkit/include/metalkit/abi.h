@@ -52,6 +52,9 @@ typedef struct mk_dispatch {
   unsigned tg[3];        // threads per threadgroup as dispatched
   unsigned ngroups[3];   // threadgroups per grid
   void* const* args;
+  // ~0u: every thread of each group runs. Else only this one (linear index in its group) of a
+  // kernel run as a loop: after a fault the runtime runs the group's threads one at a time.
+  unsigned only;
 } mk_dispatch;
 
 // Runs threadgroups [first, last) (linear index, x fastest) on the calling
@@ -59,10 +62,6 @@ typedef struct mk_dispatch {
 // group's index before it runs, so a fault can name its threadgroup.
 typedef void (*mk_launch_fn)(const mk_dispatch* d, mk_u64 first, mk_u64 last, char* tg_arena,
                              volatile mk_u64* group);
-// Runs thread `thread` (linear index in its group) of threadgroup `group` alone, calling the
-// kernel's own (not inlined) code: after a fault in a kernel run as a loop, the runtime runs
-// the faulting group's threads one by one to find the thread.
-typedef void (*mk_probe_fn)(const mk_dispatch* d, mk_u64 group, unsigned thread, char* tg_arena);
 
 // How a kernel runs: a plain loop over its threads (no barrier, no SIMD-group function),
 // SIMT (each SIMD-group's lanes in lockstep, front end's msl/simt), or a fiber per thread.
@@ -79,7 +78,6 @@ typedef struct mk_kernel_info {
   const char* file;          // where the kernel is defined, for messages
   int line;
   const char* execution;     // "loop", "simt", or "fibers: " and why
-  mk_probe_fn probe;         // kernels run as a loop; null for the others
 } mk_kernel_info;
 
 typedef struct mk_module_info {

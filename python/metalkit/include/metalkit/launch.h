@@ -90,26 +90,21 @@ inline __attribute__((always_inline)) void run_groups(const mk_dispatch* d, mk_u
     thread_ids t;
     u3 base;
     const u3 n = group_ids(d, g, t, base);
-    for (unsigned z = 0; z < n.z; ++z)
-      for (unsigned y = 0; y < n.y; ++y)
-        for (unsigned x = 0; x < n.x; ++x) {
+    // Bounds, not a test in the loop: one thread (d->only) runs through the same code.
+    u3 lo = {0u, 0u, 0u}, hi = n;
+    if (d->only != ~0u) {
+      lo = {d->only % n.x, (d->only / n.x) % n.y, d->only / (n.x * n.y)};
+      hi = {lo.x + 1u, lo.y + 1u, lo.z + 1u};
+    }
+    for (unsigned z = lo.z; z < hi.z; ++z)
+      for (unsigned y = lo.y; y < hi.y; ++y)
+        for (unsigned x = lo.x; x < hi.x; ++x) {
           t.pos_in_group = {x, y, z};
           t.pos_in_grid = {base.x + x, base.y + y, base.z + z};
           t.index_in_group = x + n.x * (y + n.y * z);
           body(t);
         }
   }
-}
-
-// One thread of group g alone (mk_probe_fn).
-template <class Body> void run_one(const mk_dispatch* d, mk_u64 g, unsigned i, Body body) {
-  thread_ids t;
-  u3 base;
-  const u3 n = group_ids(d, g, t, base);
-  t.pos_in_group = {i % n.x, (i / n.x) % n.y, i / (n.x * n.y)};
-  t.pos_in_grid = {base.x + t.pos_in_group.x, base.y + t.pos_in_group.y, base.z + t.pos_in_group.z};
-  t.index_in_group = i;
-  body(t);
 }
 
 template <class Body> struct fiber_group {
