@@ -74,15 +74,16 @@ def launchers(kernels: list[Kernel]) -> str:
                 binds.append(f"  {P} a{i} = mk::bind<{P}>::get(d->args[{slot}]);")
                 call.append(f"a{i}")
             slot += 1
-        out.append(f"void __mk_launch{n}(const mk_dispatch* d, mk_u64 first, mk_u64 last, char* tg) {{")
+        out.append(f"void __mk_launch{n}(const mk_dispatch* d, mk_u64 first, mk_u64 last, char* tg, "
+                   "volatile mk_u64* at) {")
         out.append("  (void)tg;")
         out.extend(binds)
         if k.execution == "simt":
-            runner = f"mk::run_groups_simt(d, first, last, {'true' if k.uses_barrier else 'false'}, "
+            runner = f"mk::run_groups_simt(d, first, last, at, {'true' if k.uses_barrier else 'false'}, "
         elif k.needs_sync:
-            runner = "mk::run_groups_fibers(d, first, last, "
+            runner = "mk::run_groups_fibers(d, first, last, at, "
         else:
-            runner = "mk::run_groups(d, first, last, "
+            runner = "mk::run_groups(d, first, last, at, "
         out.append(f"  {runner}[&](const mk::thread_ids& t) __attribute__((always_inline)) {{")
         out.append("    (void)t;")
         out.append(f"    {fp}({', '.join(call)});")

@@ -84,14 +84,22 @@ inline __attribute__((always_inline)) u3 group_ids(const mk_dispatch* d, mk_u64 
 // kernels with no barrier and no SIMD-group function, so the compiler can
 // vectorise the innermost loop.
 template <class Body>
-inline __attribute__((always_inline)) void run_groups(const mk_dispatch* d, mk_u64 first, mk_u64 last, Body body) {
+inline __attribute__((always_inline)) void run_groups(const mk_dispatch* d, mk_u64 first, mk_u64 last,
+                                                      volatile mk_u64* at, Body body) {
   for (mk_u64 g = first; g < last; ++g) {
+    *at = g;
     thread_ids t;
     u3 base;
     const u3 n = group_ids(d, g, t, base);
-    for (unsigned z = 0; z < n.z; ++z)
-      for (unsigned y = 0; y < n.y; ++y)
-        for (unsigned x = 0; x < n.x; ++x) {
+    // Bounds, not a test in the loop: one thread (d->only) runs through the same code.
+    u3 lo = {0u, 0u, 0u}, hi = n;
+    if (d->only != ~0u) {
+      lo = {d->only % n.x, (d->only / n.x) % n.y, d->only / (n.x * n.y)};
+      hi = {lo.x + 1u, lo.y + 1u, lo.z + 1u};
+    }
+    for (unsigned z = lo.z; z < hi.z; ++z)
+      for (unsigned y = lo.y; y < hi.y; ++y)
+        for (unsigned x = lo.x; x < hi.x; ++x) {
           t.pos_in_group = {x, y, z};
           t.pos_in_grid = {base.x + x, base.y + y, base.z + z};
           t.index_in_group = x + n.x * (y + n.y * z);
@@ -118,8 +126,10 @@ template <class Body> void fiber_thread(void* p, unsigned i) {
 
 // Runs each threadgroup's threads as fibers (kernels with barriers or
 // SIMD-group functions): the runtime schedules them.
-template <class Body> void run_groups_fibers(const mk_dispatch* d, mk_u64 first, mk_u64 last, Body body) {
+template <class Body>
+void run_groups_fibers(const mk_dispatch* d, mk_u64 first, mk_u64 last, volatile mk_u64* at, Body body) {
   for (mk_u64 g = first; g < last; ++g) {
+    *at = g;
     fiber_group<Body> c;
     c.body = &body;
     const u3 n = group_ids(d, g, c.t, c.base);
@@ -166,9 +176,11 @@ template <class Body> void simt_sg(void* p, unsigned sg, void* scheduler) {
 }
 
 template <class Body>
-void run_groups_simt(const mk_dispatch* d, mk_u64 first, mk_u64 last, bool barriers, Body body) {
+void run_groups_simt(const mk_dispatch* d, mk_u64 first, mk_u64 last, volatile mk_u64* at, bool barriers,
+                     Body body) {
   metal::__mk::simt_exchange* const x = &simt::thread_exchange;  // a thread-local: looked up once
   for (mk_u64 g = first; g < last; ++g) {
+    *at = g;
     simt_group<Body> c;
     c.body = &body;
     c.fibers = barriers;
