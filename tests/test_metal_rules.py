@@ -147,6 +147,7 @@ kernel void scale(device float* out [[buffer(0)]],
                   constant Params& p [[buffer(3)]],
                   device atomic_uint& counter [[buffer(4)]],
                   threadgroup float* tile [[threadgroup(0)]],
+                  constant int64_t strides[3] [[buffer(5)]],
                   uint i [[thread_position_in_grid]]) {}
 template <typename T>
 kernel void fill(device T* x [[buffer(0)]], constant T& v [[buffer(1)]], uint i [[thread_position_in_grid]]) {}
@@ -165,12 +166,13 @@ def test_signatures_come_from_the_source_as_the_cpu_backend_reads_them(clang, mo
     assert set(sigs) == ({"scale", "fill_f", "from_macro"} if clang else {"scale", "fill_f"})
     file, line, params = sigs["scale"]
     assert (file, line) == ("k.metal", 6)
-    assert params == [("buffer", 0, "out", "device float* out", DEVICE),
-                      ("scalar", 2, "s", "constant float& s", CONSTANT),
-                      ("buffer", 1, "in", "device const float4* in", DEVICE),
-                      ("scalar", 3, "p", "constant Params& p", CONSTANT),
-                      ("buffer", 4, "counter", "device atomic_uint& counter", DEVICE),
-                      ("threadgroup", 0, "tile", "threadgroup float* tile", 3)]
+    assert params == [("buffer", 0, "out", "device float* out", DEVICE, 0),
+                      ("scalar", 2, "s", "constant float& s", CONSTANT, 0),
+                      ("buffer", 1, "in", "device const float4* in", DEVICE, 0),
+                      ("scalar", 3, "p", "constant Params& p", CONSTANT, 0),
+                      ("buffer", 4, "counter", "device atomic_uint& counter", DEVICE, 0),
+                      ("threadgroup", 0, "tile", "threadgroup float* tile", 3, 0),
+                      ("scalar", 5, "strides", "constant int64_t strides[3]", CONSTANT, 3)]
     assert [p[0] for p in sigs["fill_f"][2]] == ["buffer", "scalar"]
 
 
@@ -188,15 +190,17 @@ def test_reflection_and_signature_make_the_kernels_arguments():
         ("buffer", 1, "in", "float", 4, 16, 16, False),
         ("buffer", 3, "p", "struct", 1, 8, 4, False),
         ("buffer", 4, "counter", "struct", 1, 4, 4, True),
+        ("buffer", 5, "strides", "long", 1, 24, 8, False),  # an array: reflection may size all of it
     ]
     file, line, args = rules.spec_from_reflection("scale", bindings, sigs, "k.metal")
     assert (file, line) == ("k.metal", 6)
     assert [(a[0], a[1], a[2]) for a in args] == [("buffer", 0, "out"), ("buffer", 1, "in"), ("scalar", 2, "s"),
                                                   ("scalar", 3, "p"), ("buffer", 4, "counter"),
-                                                  ("threadgroup", 0, "tile")]
+                                                  ("scalar", 5, "strides"), ("threadgroup", 0, "tile")]
     s = args[2]
     assert s[3] == "constant float& s" and s[4] == "float" and s[6] == "constant" and s[7] is False
     assert args[1][4:6] == ("float", 4) and args[1][8] == 16
+    assert args[5][3] == "constant int64_t strides[3]" and args[5][8:] == (8, 3)  # 3 elements of 8 bytes
 
 
 def test_without_a_signature_every_buffer_takes_an_array():

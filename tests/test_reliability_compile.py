@@ -260,8 +260,9 @@ def test_a_wrong_compiler_is_named_with_what_is_needed(tmp_path, monkeypatch, wh
 
 
 @pytest.mark.parametrize("cxx", [c for c in ("g++", "/bin/false", "/bin/true") if shutil.which(c)])
-def test_real_programs_that_are_not_clang_are_refused(monkeypatch, cxx):
+def test_real_programs_that_are_not_clang_are_refused(monkeypatch, tmp_path, cxx):
     monkeypatch.setenv("METALKIT_CXX", cxx)
+    monkeypatch.setenv("METALKIT_CACHE_DIR", str(tmp_path))  # no verdict remembered from an earlier run
     with pytest.raises(mk.CompileError, match=r"cannot build metalkit kernels: it is not clang .*clang 17 or newer.*"
                                               r"ziglang") as e:
         mk.compile(HEADER + "kernel void k(device float* x [[buffer(0)]]) {}\n")

@@ -18,3 +18,4 @@ class ArgSpec(NamedTuple):
     builtin: str          # builtin attribute name, "" otherwise
     elem_size: int        # bytes per element
     decl: str             # the declaration as written
+    length: int = 0       # N for a fixed-length array parameter (constant T x[N]): takes N values

@@ -80,6 +80,8 @@ def _emulate_gpu_batches(on: bool) -> None:
 class Library:
     @property
     def kernel_names(self) -> list[str]: ...
-    def kernel(self, name: str) -> Optional[Kernel]: ...
+    def kernel(self, name: str) -> Optional[Kernel]:
+        """The kernel, or None if there is none of that name; CompileError if it cannot be created
+        (it uses a function constant that was given no value)."""
 
 def load_cpu_library(path: str) -> Library: ...

@@ -76,7 +76,7 @@ class Library:
         return self[name]
 
     def __contains__(self, name: str) -> bool:
-        return self._core.kernel(name) is not None
+        return name in self._core.kernel_names
 
     def __dir__(self) -> Iterable[str]:
         return list(super().__dir__()) + self.kernels

@@ -108,15 +108,6 @@ void put_element(const std::string& k, const ArgSpec& s, py::handle v, void* dst
   }
 }
 
-size_t element_bytes(int type) {
-  switch (type) {
-    case MK_T_BOOL: case MK_T_I8: case MK_T_U8: return 1;
-    case MK_T_I16: case MK_T_U16: case MK_T_F16: case MK_T_BF16: return 2;
-    case MK_T_I32: case MK_T_U32: case MK_T_F32: return 4;
-    default: return 8;
-  }
-}
-
 // Raw bytes of a bytes-like / numpy value, if it has exactly `n` bytes.
 bool put_bytes(py::handle v, size_t n, void* dst, size_t* got) {
   Py_buffer view;
@@ -141,6 +132,26 @@ std::string describe_param(const ArgSpec& s) {
 }
 
 void convert_scalar(const std::string& k, const ArgSpec& s, py::handle v, void* dst) {
+  if (s.array_len) {  // constant T x[N]: exactly N values, each converted as a T
+    py::object items;
+    if (py::isinstance<py::array>(v)) {
+      auto a = py::reinterpret_borrow<py::array>(v);
+      if (a.ndim() == 0) fail(k, s, "is an array of " + std::to_string(s.array_len) + "; pass a sequence or numpy array of " + std::to_string(s.array_len) + " values");
+      items = a.attr("tolist")();
+    } else if (PySequence_Check(v.ptr()) && !PyUnicode_Check(v.ptr()) && !PyBytes_Check(v.ptr())) {
+      items = py::reinterpret_borrow<py::object>(v);
+    } else {
+      fail(k, s, "is an array of " + std::to_string(s.array_len) + " values; pass a sequence or numpy array of " +
+                     std::to_string(s.array_len) + ", got " + std::string(py::str(py::type::of(v).attr("__name__"))));
+    }
+    auto seq = py::reinterpret_borrow<py::sequence>(items);
+    if (size_t(py::len(seq)) != s.array_len)
+      fail(k, s, "is an array of " + std::to_string(s.array_len) + " values, got " + std::to_string(py::len(seq)));
+    ArgSpec one = s;
+    one.array_len = 0;
+    for (uint32_t i = 0; i < s.array_len; ++i) convert_scalar(k, one, seq[i], static_cast<char*>(dst) + i * s.elem_size);
+    return;
+  }
   if (s.type == MK_T_STRUCT) {
     size_t got;
     if (py::isinstance<py::array>(v) && !(py::reinterpret_borrow<py::array>(v).flags() & py::array::c_style))
@@ -176,7 +187,7 @@ void convert_scalar(const std::string& k, const ArgSpec& s, py::handle v, void* 
   if (size_t(py::len(seq)) != size_t(s.vec_width))
     fail(k, s, "takes " + std::to_string(s.vec_width) + " values, got " + std::to_string(py::len(seq)));
   std::memset(dst, 0, s.elem_size);
-  size_t eb = element_bytes(s.type);
+  size_t eb = element_size(s.type);
   for (int i = 0; i < s.vec_width; ++i) put_element(k, s, seq[i], static_cast<char*>(dst) + i * eb);
 }
 

@@ -122,7 +122,7 @@ PyKernel::PyKernel(std::shared_ptr<KernelImpl> impl) : impl_(std::move(impl)) {
       scratch_bytes_ = (scratch_bytes_ + align - 1) / align * align;
       scratch_align_ = std::max(scratch_align_, align);
       s.scalar_offset = scratch_bytes_;
-      scratch_bytes_ += std::max<uint64_t>(args[p].elem_size, 16);
+      scratch_bytes_ += std::max<uint64_t>(args[p].value_size(), 16);
     }
     slots_.push_back(std::move(s));
   }
@@ -291,7 +291,7 @@ py::object PyKernel::call(py::args args, py::kwargs kwargs) {
       void* dst = scratch + slot.scalar_offset;
       convert_scalar(sp.name, s, args[i], dst);
       b.data = dst;
-      b.nbytes = s.elem_size;
+      b.nbytes = s.value_size();
     } else {
       const bool stage = check_array(s, slot, args[i]);
       auto* a = py::detail::array_proxy(args[i].ptr());
@@ -474,7 +474,7 @@ py::list PyKernel::arg_specs() const {
     const char* kinds[] = {"buffer", "scalar", "threadgroup", "builtin"};
     py::object dt = a.kind == ArgKind::Builtin ? py::none() : dtype_for(a.type);
     out.append(make(a.name, a.index, kinds[int(a.kind)], dt, msl_type_name(a.type), a.vec_width, a.writable,
-                    a.builtin, a.elem_size, a.decl));
+                    a.builtin, a.elem_size, a.decl, a.array_len));
   }
   return out;
 }

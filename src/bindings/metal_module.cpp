@@ -93,7 +93,8 @@ KernelDecls kernel_decls(py::handle kernels) {
     for (auto p : t[2]) {
       auto q = p.cast<py::tuple>();
       k.params.push_back({kind_named(q[0].cast<std::string>()), q[1].cast<int>(), q[2].cast<std::string>(),
-                          q[3].cast<std::string>(), Space(q[4].cast<int>())});
+                          q[3].cast<std::string>(), Space(q[4].cast<int>()),
+                          q.size() > 5 ? q[5].cast<uint32_t>() : 0u});
     }
     out[item.first.cast<std::string>()] = std::move(k);
   }
@@ -218,7 +219,7 @@ void register_rules(py::module_& m) {
     py::list out;
     for (const ArgSpec& a : spec.args)
       out.append(py::make_tuple(kind_name(a.kind), a.index, a.name, a.decl, msl_type_name(a.type), a.vec_width,
-                                space_name(a.space), a.writable, a.elem_size));
+                                space_name(a.space), a.writable, a.elem_size, a.array_len));
     return py::make_tuple(spec.file, spec.line, out);
   });
 }

@@ -27,6 +27,18 @@ void raise_as(const char* cls, const std::exception& e) {
   PyErr_SetString(errors.attr(cls).ptr(), e.what());
 }
 
+// A CPU fault's line in the user's source, from the module's line tables; asked only
+// when a fault is reported, from the thread that made the call.
+std::string locate_in_source(const std::string& module, uint64_t offset) {
+  py::gil_scoped_acquire gil;
+  try {
+    return py::module_::import("metalkit.msl.symbols").attr("source_line")(module, offset).cast<std::string>();
+  } catch (py::error_already_set& e) {  // printed as unraisable: the fault is still reported, without its line
+    e.discard_as_unraisable("metalkit, finding the source line of a kernel fault");
+    return "";
+  }
+}
+
 }  // namespace
 
 const Allocation* mk::find_allocation(py::handle array) {
@@ -71,6 +83,8 @@ PYBIND11_MODULE(_core, m) {
         return py::buffer_info(b.alloc->data(), 1, py::format_descriptor<uint8_t>::format(), 1,
                                {py::ssize_t(b.alloc->size())}, {py::ssize_t(1)});
       });
+
+  source_locator() = locate_in_source;
 
   m.def("allocate_guarded", [](size_t nbytes, size_t align) { return PyBuffer{cpu_allocate_guarded(nbytes, align)}; },
         py::arg("nbytes"), py::arg("align"), "Checked mode: nbytes ending right at 64 GiB of inaccessible address space, above as much.");

@@ -26,12 +26,17 @@ struct ArgSpec {
   bool writable = false;
   uint64_t elem_size = 0;
   uint64_t elem_align = 1;
+  uint32_t array_len = 0;   // N for a fixed-length array parameter (constant T x[N]), 0 otherwise
+  // Bytes of the value a scalar parameter takes (N elements for an array).
+  uint64_t value_size() const { return elem_size * (array_len ? array_len : 1); }
 };
 
 // Name of an mk_type as MSL spells it ("float", "uchar", ...).
 const char* msl_type_name(int type);
 // numpy dtype name of an mk_type ("float32", ...); "" for structs.
 const char* numpy_type_name(int type);
+// Bytes of one scalar of an mk_type (8 for structs: callers size those themselves).
+uint64_t element_size(int type);
 
 struct KernelSpec {
   std::string name;

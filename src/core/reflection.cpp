@@ -53,6 +53,11 @@ KernelSpec spec_from_reflection(const std::string& kernel, const std::vector<Ref
       a.decl = p->decl;
       a.space = p->space;
       if (!tg) a.kind = p->kind;
+      if (!tg && p->array_len) {  // reflection may size the whole array: the spec sizes one element
+        a.array_len = p->array_len;
+        if (a.elem_size % p->array_len == 0 && a.elem_size / p->array_len >= element_size(a.type) * uint64_t(a.vec_width))
+          a.elem_size /= p->array_len;
+      }
       if (a.kind == ArgKind::Scalar) a.writable = false;
     }
     spec.args.push_back(std::move(a));

@@ -20,6 +20,7 @@ struct ParamDecl {
   std::string name;
   std::string decl;                // as written, for messages
   Space space = Space::None;
+  uint32_t array_len = 0;          // N for `constant T x[N]`
 };
 
 // A kernel's signature as the source declares it (host name -> signature).

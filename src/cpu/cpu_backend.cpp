@@ -10,6 +10,7 @@
 #include <mutex>
 #include <cstdlib>
 #include <cstring>
+#include <algorithm>
 #include <map>
 #include <stdexcept>
 
@@ -116,17 +117,63 @@ struct CheckedSlots {
   std::vector<uint64_t> offsets;
 };
 
+// What went wrong in a chunk of groups: the text around the place in the source, which is
+// found from the faulting instruction only once the fault is reported.
+struct Fault {
+  std::string what;    // what happened, and in which threadgroup and thread
+  std::string advice;  // what to do ("; check the kernel's bounds")
+  uintptr_t pc = 0;    // the faulting instruction, 0 if none (a fault the runtime found names its line)
+};
+
+// Runs thread i of group g alone under `trap` (armed here); whether it faulted.
+bool alone_faults(mk_launch_fn launch, mk_dispatch d, uint64_t g, unsigned i, char* arena, FaultTrap& trap) {
+  d.only = i;
+  if (sigsetjmp(trap.env, 0) != 0) return true;
+  trap.armed = true;
+  launch(&d, g, g + 1, arena, &trap.group);
+  trap.armed = false;
+  return false;
+}
+
+// A kernel run as a loop faulted in group g: its threads run again one at a time, through the
+// same code, until one faults. Writes of the threads before it happen twice (the outputs of a
+// faulted dispatch are partly written in any case). "" if none faults again.
+std::string faulting_thread(mk_launch_fn launch, const mk_dispatch& d, uint64_t g, char* arena, FaultTrap& trap) {
+  unsigned n[3];
+  for (int k = 0; k < 3; ++k) {
+    const uint64_t pos = k == 0 ? g % d.ngroups[0] : k == 1 ? (g / d.ngroups[0]) % d.ngroups[1]
+                                                            : g / (uint64_t(d.ngroups[0]) * d.ngroups[1]);
+    n[k] = unsigned(std::min<uint64_t>(d.tg[k], d.grid[k] - pos * d.tg[k]));
+  }
+  FaultTrap again;
+  again.stop = trap.stop;  // a thread that never ends can still be stopped
+  again.code_lo = trap.code_lo;
+  again.code_hi = trap.code_hi;
+  current_trap() = &again;
+  for (unsigned i = 0; i < n[0] * n[1] * n[2]; ++i) {
+    if (!alone_faults(launch, d, g, i, arena, again)) continue;
+    if (again.stopped) break;
+    current_trap() = &trap;
+    if (again.signal && again.address == trap.address) trap.pc = again.pc;  // one thread, not a vector of them
+    return "thread " + std::to_string(i) + " at (" + std::to_string(i % n[0]) + ", " +
+           std::to_string((i / n[0]) % n[1]) + ", " + std::to_string(i / (n[0] * n[1])) + ") in its threadgroup";
+  }
+  current_trap() = &trap;
+  return "";
+}
+
 // How a dispatch is stopped before it completes (stop.h).
 struct StopPoint {
   const std::atomic<bool>* flag;
   const Module& mod;
 };
 
-// Runs groups [first, last) with this thread's fault trap armed. Returns ""
-// or what went wrong, with where; *stopped: the dispatch was stopped in them.
-std::string run_trapped(mk_launch_fn launch, const mk_dispatch& d, uint64_t first, uint64_t last, uint32_t seed,
-                        const KernelSpec& spec, const Launch& l, const CheckedSlots* checked, const StopPoint& stop,
-                        bool* stopped) {
+// Runs groups [first, last) with this thread's fault trap armed. Returns what
+// went wrong, with where (an empty `what` if nothing did); *stopped: the
+// dispatch was stopped in them.
+Fault run_trapped(const mk_kernel_info& k, const mk_dispatch& d, uint64_t first, uint64_t last, uint32_t seed,
+                  const KernelSpec& spec, const Launch& l, const CheckedSlots* checked, const StopPoint& stop,
+                  bool* stopped) {
   char* arena = checked ? checked_threadgroup_arena(checked->sizes, checked->offsets) : tg_arena();
   prepare_fault_handling();
   set_shuffle_seed(seed);
@@ -141,52 +188,78 @@ std::string run_trapped(mk_launch_fn launch, const mk_dispatch& d, uint64_t firs
     ~Restore() { current_trap() = outer; }
   } restore;
   current_trap() = &trap;
-  std::string result;
+  Fault f;
   if (sigsetjmp(trap.env, 0) == 0) {
     trap.armed = true;
-    launch(&d, first, last, arena);
+    k.launch(&d, first, last, arena, &trap.group);
     trap.armed = false;
-  } else {
-    bool overflow = false;
-    std::string where = abandon_group(trap.address, &overflow);
-    if (trap.stopped) {
-      *stopped = true;
-      return "";
-    }
-    if (where.empty())
-      where = last - first == 1 ? "threadgroup " + group_at(d, first)
-                                : "threadgroups " + group_at(d, first) + " to " + group_at(d, last - 1);
-    if (!trap.signal) {
-      result = trap.message;
-    } else if (overflow) {
-      result = "stack overflow in " + where +
-               " (its threads' local variables do not fit on the stack; a SIMD-group keeps its 32 threads' "
-               "locals together); use smaller per-thread arrays";
-    } else {
-      char addr[32];
-      std::snprintf(addr, sizeof addr, "0x%llx", (unsigned long long)trap.address);
-      // x86 reports an access at a non-canonical address (beyond the 47 or 56 bits
-      // of address space) as a general-protection fault, without the address.
-      // (Vector accesses need no alignment here: modules are built with -fmax-type-align.)
-#ifdef SI_KERNEL
-      if (trap.signal == SIGSEGV && trap.code == SI_KERNEL) {
-        return "invalid memory access in " + where +
-               " at an address outside the address space (the processor does not report it): an index or offset "
-               "is far out of bounds";
-      }
-#endif
-      if (trap.code <= 0)
-        return "invalid memory access in " + where +
-               " (the address is unknown: a SIGSEGV handler installed after metalkit's ran first); an index is "
-               "probably out of bounds (check=True runs on guarded copies)";
-      std::string arg = near_argument(spec, l, trap.address);
-      result = std::string(trap.signal == SIGBUS ? "bus error" : "invalid memory access") + " at address " + addr +
-               (arg.empty() ? "" : ", " + arg) + ", in " + where +
-               (arg.empty() ? "; an index is probably out of bounds (check=True or METALKIT_CHECK=1 runs on guarded copies)"
-                            : "; check the kernel's bounds");
+    return f;
+  }
+  bool overflow = false;
+  std::string where = abandon_group(trap.address, &overflow);
+  if (trap.stopped) {
+    *stopped = true;
+    return f;
+  }
+  if (where.empty() && trap.group < last) {
+    where = "threadgroup " + group_at(d, trap.group);
+    if (trap.signal && !(k.flags & (MK_KERNEL_NEEDS_FIBERS | MK_KERNEL_SIMT))) {
+      const std::string thread = faulting_thread(k.launch, d, trap.group, arena, trap);
+      if (!thread.empty()) where += ", " + thread;
     }
   }
-  return result;
+  if (where.empty() && overflow && trap.group >= last)  // a loop's frame is made before its first thread runs
+    where = "threadgroup " + group_at(d, first) + ", as its first thread started";
+  if (where.empty())
+    where = last - first == 1 ? "threadgroup " + group_at(d, first)
+                              : "threadgroups " + group_at(d, first) + " to " + group_at(d, last - 1);
+  if (!trap.signal) {
+    f.what = trap.message;
+    return f;
+  }
+  f.pc = trap.pc;
+  if (overflow) {
+    f.what = "stack overflow in " + where;
+    f.advice = spec.execution == "loop"
+                   ? " (the thread's local variables do not fit on the stack); use smaller per-thread arrays"
+                   : " (its threads' local variables do not fit on the stack; a SIMD-group keeps its 32 threads' "
+                     "locals together); use smaller per-thread arrays";
+    return f;
+  }
+  char addr[32];
+  std::snprintf(addr, sizeof addr, "0x%llx", (unsigned long long)trap.address);
+  // x86 reports an access at a non-canonical address (beyond the 47 or 56 bits
+  // of address space) as a general-protection fault, without the address.
+  // (Vector accesses need no alignment here: modules are built with -fmax-type-align.)
+#ifdef SI_KERNEL
+  if (trap.signal == SIGSEGV && trap.code == SI_KERNEL) {
+    f.what = "invalid memory access at an address outside the address space (the processor does not report it), "
+             "in " + where;
+    f.advice = ": an index or offset is far out of bounds";
+    return f;
+  }
+#endif
+  if (trap.code <= 0) {
+    f.what = "invalid memory access in " + where;
+    f.advice = " (the address is unknown: a SIGSEGV handler installed after metalkit's ran first); an index is "
+               "probably out of bounds (check=True runs on guarded copies)";
+    return f;
+  }
+  std::string arg = near_argument(spec, l, trap.address);
+  f.what = std::string(trap.signal == SIGBUS ? "bus error" : "invalid memory access") + " at address " + addr +
+           (arg.empty() ? "" : ", " + arg) + ", in " + where;
+  f.advice = arg.empty() ? "; an index is probably out of bounds (check=True or METALKIT_CHECK=1 runs on guarded copies)"
+                         : "; check the kernel's bounds";
+  return f;
+}
+
+// "file.metal:12" for a faulting instruction in module code, or "" if not known.
+std::string source_line(uintptr_t pc, const mk_kernel_info& k) {
+  Dl_info at, mine;
+  if (!pc || !source_locator() || !dladdr(reinterpret_cast<void*>(pc), &at) || !at.dli_fname ||
+      !dladdr(reinterpret_cast<void*>(k.launch), &mine) || at.dli_fbase != mine.dli_fbase)
+    return "";  // not in the kernel's module (a C library call, say)
+  return source_locator()(at.dli_fname, pc - reinterpret_cast<uintptr_t>(at.dli_fbase));
 }
 
 class CpuKernel : public KernelImpl {
@@ -213,6 +286,7 @@ class CpuKernel : public KernelImpl {
       s.writable = a.writable != 0;
       s.elem_size = a.elem_size;
       s.elem_align = a.elem_align;
+      s.array_len = uint32_t(a.array_len > 0 ? a.array_len : 0);
       spec_.args.push_back(std::move(s));
     }
   }
@@ -247,13 +321,13 @@ class CpuKernel : public KernelImpl {
       d.ngroups[i] = g.ngroups.v[i];
     }
     d.args = args;
+    d.only = ~0u;
     const uint64_t groups = g.ngroups.product();
     // Enough groups per chunk that a chunk is worth a hand-off (~16k threads).
     const uint64_t per_group = std::max<uint64_t>(1, g.tg.product());
     const uint64_t chunk = std::max<uint64_t>(1, 16384 / per_group);
-    mk_launch_fn launch = info_.launch;
     std::mutex fault_lock;
-    std::string fault;
+    Fault fault;
     std::atomic<bool> failed{false};
     const uint32_t seed = l.shuffle_seed;
     // The watchdog stops the dispatch by raising its flag (checked between chunks and by the
@@ -270,16 +344,16 @@ class CpuKernel : public KernelImpl {
     Watch watch(l.limits, stopper, t0);
     ThreadPool::instance().run(groups, chunk, [&](uint64_t first, uint64_t last) {
       if (failed.load(std::memory_order_relaxed) || stopper.flag.load(std::memory_order_relaxed)) return false;
-      std::string why;
+      Fault why;
       bool stopped = false;
       try {
-        why = run_trapped(launch, d, first, last, seed, spec_, l, slots_checked, stop, &stopped);
+        why = run_trapped(info_, d, first, last, seed, spec_, l, slots_checked, stop, &stopped);
       } catch (const std::exception& e) {  // the pool's work must not throw: make it this call's fault
         bool overflow;
         abandon_group(0, &overflow);
-        why = std::string("the simulator could not run the kernel: ") + e.what();
+        why.what = std::string("the simulator could not run the kernel: ") + e.what();
       }
-      if (!why.empty()) {
+      if (!why.what.empty()) {
         std::lock_guard<std::mutex> lk(fault_lock);
         if (!failed.exchange(true)) fault = std::move(why);
         return false;
@@ -290,15 +364,17 @@ class CpuKernel : public KernelImpl {
     });
     const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     last_gpu_time_ = elapsed;
-    if (failed) throw KernelFault("kernel '" + spec_.name + "' (" + spec_.file + ":" + std::to_string(spec_.line) +
-                                  "): " + fault);
     const uint64_t completed = done.load();
-    if (stopper.flag.load() && completed < groups) {  // stopped by Ctrl-C or the time limit
+    if (!failed && stopper.flag.load() && completed < groups) {  // stopped by Ctrl-C or the time limit
       const StopReason why = watch.reason();
       const std::string msg = stop_message(spec_, l.limits, why, elapsed, completed, groups);
       if (why == StopReason::Interrupt) throw Interrupted(msg);
       throw KernelFault(msg);
     }
+    if (!failed) return;
+    const std::string line = source_line(fault.pc, info_);
+    throw KernelFault("kernel '" + spec_.name + "' (" + spec_.file + ":" + std::to_string(spec_.line) + "): " +
+                      fault.what + (line.empty() ? "" : ", at " + line) + fault.advice);
   }
 
  private:
@@ -318,8 +394,13 @@ class CpuLibrary : public LibraryImpl {
   std::shared_ptr<KernelImpl> kernel(const std::string& name) override {
     for (int i = 0; i < mod_->info->nkernels; ++i)
       if (name == mod_->info->kernels[i].name) {
+        const mk_kernel_info& k = mod_->info->kernels[i];
+        if (k.unset_constant && *k.unset_constant)
+          throw CompileFailure("kernel '" + name + "' uses function constant '" + k.unset_constant +
+                               "', which was given no value: pass it in constants= (or Library.specialize), "
+                               "or test is_function_constant_defined(" + k.unset_constant + ") before using it");
         auto& slot = kernels_[name];
-        if (!slot) slot = std::make_shared<CpuKernel>(mod_, mod_->info->kernels[i]);
+        if (!slot) slot = std::make_shared<CpuKernel>(mod_, k);
         return slot;
       }
     return nullptr;
@@ -344,6 +425,11 @@ std::shared_ptr<LibraryImpl> load_cpu_library(const std::string& path) {
   if (mod->info->abi_version != MK_ABI_VERSION)
     throw std::runtime_error("compiled module " + path + " was built for another metalkit version");
   return std::make_shared<CpuLibrary>(std::move(mod));
+}
+
+SourceLocator& source_locator() {
+  static SourceLocator locate = nullptr;
+  return locate;
 }
 
 std::shared_ptr<Allocation> cpu_allocate(size_t nbytes) {

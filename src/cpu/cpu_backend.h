@@ -8,6 +8,12 @@
 
 namespace mk {
 
+// Where an instruction of a compiled module is in the user's source ("file.metal:12", "" if
+// unknown): `module` is the module's path, `offset` the instruction's from the module's base.
+// Asked only when a fault is reported; the bindings install it.
+using SourceLocator = std::string (*)(const std::string& module, uint64_t offset);
+SourceLocator& source_locator();
+
 // Loads a compiled module; throws std::runtime_error if it cannot.
 std::shared_ptr<LibraryImpl> load_cpu_library(const std::string& path);
 

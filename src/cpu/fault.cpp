@@ -5,6 +5,9 @@
 
 #include <pthread.h>
 #include <signal.h>
+#if defined(__linux__)
+#include <sys/ucontext.h>  // Darwin's signal.h declares ucontext_t itself
+#endif
 
 #include <cstdlib>
 #include <cstring>
@@ -32,6 +35,23 @@ void pass_on(int sig, siginfo_t* info, void* uctx) {
   raise(sig);
 }
 
+// The instruction that faulted, from the signal's saved registers.
+uintptr_t fault_pc(void* uctx) {
+  const ucontext_t* uc = static_cast<const ucontext_t*>(uctx);
+#if defined(__APPLE__) && defined(__aarch64__)
+  return uintptr_t(__darwin_arm_thread_state64_get_pc(uc->uc_mcontext->__ss));
+#elif defined(__APPLE__) && defined(__x86_64__)
+  return uintptr_t(uc->uc_mcontext->__ss.__rip);
+#elif defined(__linux__) && defined(__x86_64__)
+  return uintptr_t(uc->uc_mcontext.gregs[REG_RIP]);
+#elif defined(__linux__) && defined(__aarch64__)
+  return uintptr_t(uc->uc_mcontext.pc);
+#else
+  (void)uc;
+  return 0;
+#endif
+}
+
 void handler(int sig, siginfo_t* info, void* uctx) {
   FaultTrap* trap = current_trap();
   if (!trap || !trap->armed) {
@@ -45,6 +65,7 @@ void handler(int sig, siginfo_t* info, void* uctx) {
   // si_code <= 0: re-raised by a handler installed after ours (Python's
   // faulthandler does this), which lost the faulting address.
   trap->address = info->si_code > 0 ? reinterpret_cast<uintptr_t>(info->si_addr) : 0;
+  trap->pc = fault_pc(uctx);
   siglongjmp(trap->env, 1);
 }
 

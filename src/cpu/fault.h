@@ -16,6 +16,8 @@ struct FaultTrap {
   int signal = 0;             // a memory fault: the signal, its si_code and the address
   int code = 0;
   uintptr_t address = 0;
+  uintptr_t pc = 0;           // the faulting instruction (0 if unknown)
+  volatile unsigned long long group = ~0ull;  // the threadgroup running, as launchers record it
   bool armed = false;
   // Stopping (stop.h): the dispatch's stop flag, the module's code (where a
   // SIGURG may jump out), and whether the jump was a stop rather than a fault.

@@ -53,7 +53,7 @@ def launchers(kernels: list[Kernel]) -> str:
             if not p.present:
                 continue  # [[function_constant(c)]] with c false: no argument to bind
             rows.append(f"  mk::describe<mk::param_t<__mk_F{n}, {i}>>({_c_string(p.name)}, {_c_string(p.decl)}, "
-                        f"{_c_string(p.builtin)}, {p.index}, {_KIND[p.kind]}, {p.space}),")
+                        f"{_c_string(p.builtin)}, {p.index}, {_KIND[p.kind]}, {p.space}, {p.array}),")
         out.append(f"const mk_arg_info __mk_args{n}[] = {{")
         out.extend(rows or ["  {}"])
         out.append("};")
@@ -74,15 +74,16 @@ def launchers(kernels: list[Kernel]) -> str:
                 binds.append(f"  {P} a{i} = mk::bind<{P}>::get(d->args[{slot}]);")
                 call.append(f"a{i}")
             slot += 1
-        out.append(f"void __mk_launch{n}(const mk_dispatch* d, mk_u64 first, mk_u64 last, char* tg) {{")
+        out.append(f"void __mk_launch{n}(const mk_dispatch* d, mk_u64 first, mk_u64 last, char* tg, "
+                   "volatile mk_u64* at) {")
         out.append("  (void)tg;")
         out.extend(binds)
         if k.execution == "simt":
-            runner = f"mk::run_groups_simt(d, first, last, {'true' if k.uses_barrier else 'false'}, "
+            runner = f"mk::run_groups_simt(d, first, last, at, {'true' if k.uses_barrier else 'false'}, "
         elif k.needs_sync:
-            runner = "mk::run_groups_fibers(d, first, last, "
+            runner = "mk::run_groups_fibers(d, first, last, at, "
         else:
-            runner = "mk::run_groups(d, first, last, "
+            runner = "mk::run_groups(d, first, last, at, "
         out.append(f"  {runner}[&](const mk::thread_ids& t) __attribute__((always_inline)) {{")
         out.append("    (void)t;")
         out.append(f"    {fp}({', '.join(call)});")
@@ -96,8 +97,9 @@ def launchers(kernels: list[Kernel]) -> str:
         if k.uses_barrier:
             flags += " | MK_KERNEL_BARRIERS"
         nargs = sum(p.present for p in k.params)
-        out.append(f"  {{{_c_string(k.host_name)}, __mk_args{n}, {nargs}, {k.max_threads}, {flags}, 0, "
-                   f"__mk_launch{n}, {_c_string(k.file)}, {k.line}, {_c_string(k.execution)}}},")
+        out.append(f"  {{{_c_string(k.host_name)}, __mk_args{n}, {nargs}, (unsigned)({k.max_threads}), {flags}, 0, "
+                   f"__mk_launch{n}, {_c_string(k.file)}, {k.line}, {_c_string(k.execution)}, "
+                   f"{_c_string(k.unset_constant)}}},")
     if not kernels:
         out.append("  {}")
     out.append("};")

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import CompileError
+from .toolchain import INCLUDE_DIR
 
 _HEADER = re.compile(r"^(?P<file>.+?):(?P<line>\d+):(?P<col>\d+): (?P<kind>(?:fatal )?error|warning|note|remark): "
                      r"(?P<msg>.*)$")
@@ -59,9 +60,23 @@ def compile_error(log: str, source: str, filename: str) -> CompileError:
     msg = first.msg
     if first.file == LAUNCHERS:
         msg = f"a kernel signature the CPU backend cannot launch: {msg}"
+    elif _in_stdlib(first.file):
+        # The error is inside metalkit's headers (an instantiation the user's code asked for, a
+        # conflict with the user's own declaration): point at the user's code that reached it.
+        at = diags.index(first)
+        reached = next((n for n in diags[at + 1:] if n.kind == "note" and not _in_stdlib(n.file)
+                        and n.file != LAUNCHERS), None)
+        if reached is not None:
+            msg = f"{msg} (in metalkit's {Path(first.file).name}:{first.line}, reached from this line)"
+            first = reached
     user = source_line(first.file, first.line, source, filename)
     return CompileError(msg, filename=first.file, lineno=first.line, offset=_char_col(user, first.col), text=user,
                         log=text)
+
+
+def _in_stdlib(f: str) -> bool:
+    """Whether a diagnostic's file is one of metalkit's own headers."""
+    return f.startswith(INCLUDE_DIR)
 
 
 def source_line(f: str, line: int, source: str, filename: str) -> str | None:

@@ -23,6 +23,7 @@ class Param:
     builtin: str = ""
     when: str = ""     # [[function_constant(when)]]: the parameter exists only if that constant is true
     present: bool = True  # False: `when` is false or unset here; the launcher passes a null/zero value
+    array: int = 0     # N for a fixed-length array parameter (`constant T x[N]`), taken by value
 
 
 @dataclass
@@ -32,12 +33,13 @@ class Kernel:
     params: list[Param]
     file: str
     line: int
-    max_threads: int = 1024
+    max_threads: int | str = 1024  # or a C++ constant expression (a template kernel's, per instantiation)
     needs_sync: str = ""         # first barrier/SIMD-group function it reaches, if any
     function: str = ""           # the C++ function (template) name
     uses_barrier: bool = False   # it reaches threadgroup_barrier
     targs: tuple = (0, -1)       # token range of a host_name instantiation's template arguments
     execution: str = "loop"      # "loop", "simt", or "fibers: " and why (set by the SIMT pass)
+    unset_constant: str = ""     # a function constant it uses that was given no value
 
 
 @dataclass

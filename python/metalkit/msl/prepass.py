@@ -11,8 +11,9 @@ A pipeline of passes over one ``Unit`` (msl/model.py), each in its own file in
 6. kernels              kernels from definitions and ``host_name`` instantiations; ``only`` drops the others
 7. callgraph            which kernels reach a barrier or SIMD-group function
 8. overloads            functions overloaded only on address spaces: one kept
-9. keywords             address-space keywords, unused attributes, float literals
-10. simt (msl/simt)     last, on the rewritten tokens: kernels with barriers or SIMD-group functions
+9. fp16_casts           explicit half <-> bfloat conversions go through float
+10. keywords            address-space keywords, unused attributes, float literals
+11. simt (msl/simt)     last, on the rewritten tokens: kernels with barriers or SIMD-group functions
                         and their helpers run each SIMD-group's lanes in lockstep
 
 Kernel signatures are read at token level; types are described by the compiled
@@ -22,8 +23,8 @@ from __future__ import annotations
 
 from .model import Kernel, Param, Result, Unit
 from . import simt
-from .passes import (attributes, callgraph, function_constants, functions, kernels, keywords, loop_hints, overloads,
-                     threadgroup_storage)
+from .passes import (attributes, callgraph, fp16_casts, function_constants, functions, kernels, keywords, loop_hints,
+                     overloads, threadgroup_storage)
 from .source import MslError, Source
 
 __all__ = ["prepass", "MslError", "Kernel", "Param", "Result"]
@@ -48,10 +49,12 @@ def prepass(text: str, is_user, constants: dict | None = None, only=None, duplic
     function_constants.bind(unit)
     kernels.collect(unit, duplicates)
     reach = callgraph.mark(unit)
+    function_constants.find_unset_uses(unit, reach)
     if only is not None:
         unit.kernels = [k for k in unit.kernels if k.host_name in only]
         kernels.blank_unbuilt(unit)
     overloads.drop(unit)
+    fp16_casts.rewrite(unit, text)
     keywords.rewrite(unit)
     if fibers:
         for k in unit.kernels:

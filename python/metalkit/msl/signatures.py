@@ -46,7 +46,7 @@ def kernel_signatures(text: str) -> Signatures:
             kernels = prepass(_as_preprocessed(text), lambda file: True, duplicates="drop").kernels
     except (MslError, IndexError):  # unreadable here (unbalanced braces...): Metal's compiler reports what is wrong
         return {}
-    return {k.host_name: (k.file, k.line, [(p.kind, p.index, p.name, p.decl, p.space)
+    return {k.host_name: (k.file, k.line, [(p.kind, p.index, p.name, p.decl, p.space, p.array)
                                           for p in k.params if p.kind != "builtin"])
             for k in kernels}
 

@@ -58,11 +58,20 @@ class Toolchain:
 
     def compile(self, source: str, output: str, fast_math: bool) -> list[str]:
         if self.kind == "zig":
-            # zig targets the native CPU by default, and adds debug info unless told not to
-            # (a quarter of the build time of a large library, and half its memory).
-            cmd = [self.path, "c++", "-nostdlib++", "-g0"]
+            # zig targets the native CPU by default, and adds full debug info unless told
+            # otherwise (a quarter of the build time of a large library, and half its memory).
+            cmd = [self.path, "c++", "-nostdlib++"]
         else:
             cmd = [self.path, "-march=native"]
+        # Line tables only, so a fault names the user's line (symbols.py); ELF keeps them in the
+        # module, where Darwin would need dsymutil after the link. Compilation directory ".":
+        # file names are kept as the user wrote them, whatever the working directory; the
+        # build's own temporary folder is left out, so a rebuild makes the same bytes.
+        if sys.platform == "darwin":
+            cmd.append("-g0")
+        else:
+            cmd += ["-gline-tables-only", "-fdebug-compilation-dir=.",
+                    f"-fdebug-prefix-map={os.path.dirname(os.path.abspath(source))}=."]
         # Stack-clash probes touch every page a large frame spans, so a thread
         # that outgrows its fiber stack hits the guard page instead of leaping past it.
         # -fmax-type-align=8: a pointer to a float4 (or any type aligned past 8 bytes) is

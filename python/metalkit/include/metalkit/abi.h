@@ -6,7 +6,7 @@
 
 // Constants are enumerators, not macros: a module's source is preprocessed
 // before its launchers are appended, so macros from here would be gone.
-enum { MK_ABI_VERSION = 5, MK_SIMD_SLOT = 256 };
+enum { MK_ABI_VERSION = 7, MK_SIMD_SLOT = 256 };
 
 #ifdef __cplusplus
 extern "C" {
@@ -41,6 +41,7 @@ typedef struct mk_arg_info {
   int writable;          // the kernel may write through it
   mk_u64 elem_size;      // sizeof the pointee / referenced type
   mk_u64 elem_align;     // alignof the same
+  int array_len;         // N for a fixed-length array parameter (constant T x[N]), else 0
 } mk_arg_info;
 
 // One dispatch as the runtime hands it to a launcher. args[i] follows the
@@ -52,11 +53,16 @@ typedef struct mk_dispatch {
   unsigned tg[3];        // threads per threadgroup as dispatched
   unsigned ngroups[3];   // threadgroups per grid
   void* const* args;
+  // ~0u: every thread of each group runs. Else only this one (linear index in its group) of a
+  // kernel run as a loop: after a fault the runtime runs the group's threads one at a time.
+  unsigned only;
 } mk_dispatch;
 
 // Runs threadgroups [first, last) (linear index, x fastest) on the calling
-// thread. tg_arena is this worker's threadgroup memory.
-typedef void (*mk_launch_fn)(const mk_dispatch* d, mk_u64 first, mk_u64 last, char* tg_arena);
+// thread. tg_arena is this worker's threadgroup memory; *group is set to each
+// group's index before it runs, so a fault can name its threadgroup.
+typedef void (*mk_launch_fn)(const mk_dispatch* d, mk_u64 first, mk_u64 last, char* tg_arena,
+                             volatile mk_u64* group);
 
 // How a kernel runs: a plain loop over its threads (no barrier, no SIMD-group function),
 // SIMT (each SIMD-group's lanes in lockstep, front end's msl/simt), or a fiber per thread.
@@ -73,6 +79,8 @@ typedef struct mk_kernel_info {
   const char* file;          // where the kernel is defined, for messages
   int line;
   const char* execution;     // "loop", "simt", or "fibers: " and why
+  const char* unset_constant; // a function constant it uses that has no value ("" if none): creating
+                              // the kernel fails, as Metal's specialised function does
 } mk_kernel_info;
 
 typedef struct mk_module_info {

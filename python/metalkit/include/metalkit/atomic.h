@@ -26,7 +26,11 @@ enum thread_scope {
   thread_scope_simdgroup = 1,
   thread_scope_threadgroup = 2,
   thread_scope_device = 3,
+  __mk_thread_scope_system = 4,  // so that a library's thread_scope_system converts (below)
 };
+// Apple's headers name the system scope (memory coherent with the CPU) by this macro; on the CPU
+// it is the device scope.
+#define __METAL_MEMORY_SCOPE_SYSTEM__ 4
 
 namespace __mk {
 template <class T> constexpr bool atomic_elem = __is_same(T, int) || __is_same(T, uint) || __is_same(T, bool) ||
@@ -139,7 +143,7 @@ template <class T> __MK_F void atomic_max_explicit(volatile atomic<T> *object, _
 __MK_F void atomic_thread_fence(mem_flags flags, memory_order order, thread_scope scope = thread_scope_device) {
   if (order == memory_order_relaxed) {
     __atomic_signal_fence(__ATOMIC_SEQ_CST);
-  } else if (scope == thread_scope_device && (unsigned(flags) & unsigned(mem_flags::mem_device))) {
+  } else if (scope >= thread_scope_device && (unsigned(flags) & unsigned(mem_flags::mem_device))) {
     __atomic_thread_fence(order);
   } else {
     __atomic_signal_fence(order);

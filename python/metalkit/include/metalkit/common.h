@@ -53,12 +53,12 @@ __MK_F __mk::vcall_t<A, B, C> median3(const A &x, const B &y, const C &z) {
   return max(min(R(x), R(y)), min(max(R(x), R(y)), R(z)));
 }
 
-__MK_FPS(__MK_FP3_S, clamp, f_clamp)
+__MK_FP3_S(clamp, f_clamp)
 __MK_FP1(saturate, f_saturate)
 __MK_FP1(sign, f_sign)
-__MK_FPS(__MK_FP3_S, mix, f_mix)
-__MK_FPS(__MK_FP3_S, smoothstep, f_smoothstep)
-__MK_FPS(__MK_FP2_S, step, f_step)
+__MK_FP3_S(mix, f_mix)
+__MK_FP3_S(smoothstep, f_smoothstep)
+__MK_FP2_S(step, f_step)
 
 template <class A, class B, class C, __mk::req<__mk::fvec_call<A, B, C>> = 0>
 __MK_F __mk::vcall_t<A, B, C> mix(const A &x, const B &y, const C &a) {

@@ -7,6 +7,9 @@
 namespace mk {
 
 struct u3 { unsigned x, y, z; };
+// Counts the threadgroups this OS thread has started: threadgroup variables with an initializer
+// take its value once per group (msl/passes/threadgroup_storage.py).
+inline thread_local unsigned long long group_serial = 0;
 struct thread_ids {
   u3 pos_in_grid, pos_in_group, group_pos, group_size, dispatch_group_size, ngroups, grid;
   unsigned index_in_group;

@@ -109,23 +109,23 @@ template <class E, class X> __MK_F X insert_bits(X base, X ins, unsigned offset,
 } // namespace __mk
 } // namespace metal
 
-#define __MK_INTS(M, ...)                                                      \
-  M(char, __VA_ARGS__)                                                         \
-  M(uchar, __VA_ARGS__)                                                        \
-  M(short, __VA_ARGS__)                                                        \
-  M(ushort, __VA_ARGS__)                                                       \
-  M(int, __VA_ARGS__)                                                          \
-  M(uint, __VA_ARGS__)                                                         \
-  M(long, __VA_ARGS__)                                                         \
-  M(ulong, __VA_ARGS__)
-#define __MK_I1_S(T, name, F)                                                  \
-  __MK_F T name(T x) { return __MK_OPC(F, T)(x); }
-#define __MK_I2_S(T, name, F)                                                  \
-  __MK_F T name(T x, T y) { return __MK_OPC(F, T)(x, y); }
-#define __MK_I3_S(T, name, F)                                                  \
-  __MK_F T name(T x, T y, T z) { return __MK_OPC(F, T)(x, y, z); }
+// Scalar forms: templates constrained to the integer types (see fpbase.h for why), with the
+// call's type as for the floating functions: another integer type beats int (a literal).
+#define __MK_ISC(...) __mk::req<__mk::iscalar_call<__VA_ARGS__>> = 0
+#define __MK_I1_S(name, F)                                                     \
+  template <class T, __MK_ISC(T)> __MK_F T name(T x) { return __MK_OPC(F, T)(x); }
+#define __MK_I2_S(name, F)                                                     \
+  template <class A, class B, __MK_ISC(A, B)> __MK_F __MK_FT(A, B) name(A x, B y) { \
+    typedef __MK_FT(A, B) T;                                                   \
+    return __MK_OPC(F, T)((T)x, (T)y);                                         \
+  }
+#define __MK_I3_S(name, F)                                                     \
+  template <class A, class B, class C, __MK_ISC(A, B, C)> __MK_F __MK_FT(A, B, C) name(A x, B y, C z) { \
+    typedef __MK_FT(A, B, C) T;                                                \
+    return __MK_OPC(F, T)((T)x, (T)y, (T)z);                                   \
+  }
 #define __MK_I1(name, F)                                                  \
-  __MK_INTS(__MK_I1_S, name, F)                                                \
+  __MK_I1_S(name, F)                                                           \
   template <class V, __mk::req<__mk::is_ivec<V>> = 0> __MK_F __mk::vec_of<V> name(const V &x) { \
     typedef __mk::vec_of<V> R;                                                 \
     return R(__mk::raw, __MK_OPC(F, __mk::elem_t<V>)(R(x).__s));               \
@@ -149,36 +149,39 @@ __MK_I1(clz, i_clz)
 __MK_I1(ctz, i_ctz)
 __MK_I1(popcount, i_popcount)
 __MK_I1(reverse_bits, i_reverse_bits)
-__MK_INTS(__MK_I2_S, absdiff, i_absdiff)
+__MK_I2_S(absdiff, i_absdiff)
 __MK_I2V(absdiff, i_absdiff)
-__MK_INTS(__MK_I2_S, addsat, i_addsat)
+__MK_I2_S(addsat, i_addsat)
 __MK_I2V(addsat, i_addsat)
-__MK_INTS(__MK_I2_S, subsat, i_subsat)
+__MK_I2_S(subsat, i_subsat)
 __MK_I2V(subsat, i_subsat)
-__MK_INTS(__MK_I2_S, hadd, i_hadd)
+__MK_I2_S(hadd, i_hadd)
 __MK_I2V(hadd, i_hadd)
-__MK_INTS(__MK_I2_S, rhadd, i_rhadd)
+__MK_I2_S(rhadd, i_rhadd)
 __MK_I2V(rhadd, i_rhadd)
-__MK_INTS(__MK_I2_S, rotate, i_rotate)
+__MK_I2_S(rotate, i_rotate)
 __MK_I2V(rotate, i_rotate)
-__MK_INTS(__MK_I2_S, mulhi, i_mulhi)
+__MK_I2_S(mulhi, i_mulhi)
 __MK_I2V(mulhi, i_mulhi)
-__MK_INTS(__MK_I3_S, madhi, i_madhi)
+__MK_I3_S(madhi, i_madhi)
 __MK_I3V(madhi, i_madhi)
-__MK_INTS(__MK_I3_S, madsat, i_madsat)
+__MK_I3_S(madsat, i_madsat)
 __MK_I3V(madsat, i_madsat)
 // Scalar forms of the max/min family (vector forms live in common.h).
-__MK_INTS(__MK_I2_S, max, i_max)
-__MK_INTS(__MK_I2_S, min, i_min)
-__MK_INTS(__MK_I3_S, clamp, i_clamp)
-__MK_INTS(__MK_I3_S, max3, i_max3)
-__MK_INTS(__MK_I3_S, min3, i_min3)
-__MK_INTS(__MK_I3_S, median3, i_median3)
+__MK_I2_S(max, i_max)
+__MK_I2_S(min, i_min)
+__MK_I3_S(clamp, i_clamp)
+__MK_I3_S(max3, i_max3)
+__MK_I3_S(min3, i_min3)
+__MK_I3_S(median3, i_median3)
 
-__MK_I2_S(int, mul24, i_mul24)
-__MK_I2_S(uint, mul24, i_mul24)
-__MK_I3_S(int, mad24, i_mad24)
-__MK_I3_S(uint, mad24, i_mad24)
+template <class T, __mk::req<__mk::iscalar_call<T> && sizeof(T) == 4> = 0> __MK_F T mul24(T x, __mk::ident<T> y) {
+  return __mk::i_mul24::op<T>(x, y);
+}
+template <class T, __mk::req<__mk::iscalar_call<T> && sizeof(T) == 4> = 0>
+__MK_F T mad24(T x, __mk::ident<T> y, __mk::ident<T> z) {
+  return __mk::i_mad24::op<T>(x, y, z);
+}
 template <class T, int N, __mk::req<sizeof(T) == 4 && __mk::is_int<T>> = 0>
 __MK_F vec<T, N> mul24(const vec<T, N> &x, const vec<T, N> &y) {
   return vec<T, N>(__mk::raw, __mk::i_mul24::op<T>(x.__s, y.__s));
@@ -188,13 +191,12 @@ __MK_F vec<T, N> mad24(const vec<T, N> &x, const vec<T, N> &y, const vec<T, N> &
   return vec<T, N>(__mk::raw, __mk::i_mad24::op<T>(x.__s, y.__s, z.__s));
 }
 
-#define __MK_BITS_S(T, ...)                                                    \
-  __MK_F T extract_bits(T x, uint offset, uint bits) { return __mk::extract_bits<T>(x, offset, bits); } \
-  __MK_F T insert_bits(T base, T insert, uint offset, uint bits) {             \
-    return __mk::insert_bits<T>(base, insert, offset, bits);                   \
-  }
-__MK_INTS(__MK_BITS_S, )
-#undef __MK_BITS_S
+template <class T, __MK_ISC(T)> __MK_F T extract_bits(T x, uint offset, uint bits) {
+  return __mk::extract_bits<T>(x, offset, bits);
+}
+template <class T, __MK_ISC(T)> __MK_F T insert_bits(T base, __mk::ident<T> insert, uint offset, uint bits) {
+  return __mk::insert_bits<T>(base, insert, offset, bits);
+}
 template <class V, __mk::req<__mk::is_ivec<V>> = 0>
 __MK_F __mk::vec_of<V> extract_bits(const V &x, uint offset, uint bits) {
   typedef __mk::vec_of<V> R;

@@ -55,18 +55,19 @@ template <class T, bool = __is_enum(T)> struct plain { using type = T; };
 template <class T> struct plain<T, true> { using type = __underlying_type(T); };
 
 template <class P> constexpr mk_arg_info describe(const char* name, const char* decl, const char* builtin,
-                                                  int index, int kind, int space) {
+                                                  int index, int kind, int space, int array_len = 0) {
   using E = typename unconst<typename strip<P>::type>::type;
   using C = typename plain<E>::type;
   constexpr bool ro = unconst<typename strip<P>::type>::is_const;
   return mk_arg_info{name, decl, builtin, index, kind, code<C>::value, code<C>::width, space,
                      (kind == MK_ARG_BUFFER || kind == MK_ARG_THREADGROUP) && !ro && space != MK_SPACE_CONSTANT,
-                     layout<E>::size, layout<E>::align};
+                     layout<E>::size, layout<E>::align, array_len};
 }
 
 // The ids shared by every thread of group g; returns the group's (clipped) size.
 inline __attribute__((always_inline)) u3 group_ids(const mk_dispatch* d, mk_u64 g, thread_ids& t, u3& base) {
   const unsigned gx = d->ngroups[0], gy = d->ngroups[1];
+  ++group_serial;
   t.ngroups = {d->ngroups[0], d->ngroups[1], d->ngroups[2]};
   t.grid = {d->grid[0], d->grid[1], d->grid[2]};
   t.dispatch_group_size = {d->tg[0], d->tg[1], d->tg[2]};
@@ -83,14 +84,22 @@ inline __attribute__((always_inline)) u3 group_ids(const mk_dispatch* d, mk_u64 
 // kernels with no barrier and no SIMD-group function, so the compiler can
 // vectorise the innermost loop.
 template <class Body>
-inline __attribute__((always_inline)) void run_groups(const mk_dispatch* d, mk_u64 first, mk_u64 last, Body body) {
+inline __attribute__((always_inline)) void run_groups(const mk_dispatch* d, mk_u64 first, mk_u64 last,
+                                                      volatile mk_u64* at, Body body) {
   for (mk_u64 g = first; g < last; ++g) {
+    *at = g;
     thread_ids t;
     u3 base;
     const u3 n = group_ids(d, g, t, base);
-    for (unsigned z = 0; z < n.z; ++z)
-      for (unsigned y = 0; y < n.y; ++y)
-        for (unsigned x = 0; x < n.x; ++x) {
+    // Bounds, not a test in the loop: one thread (d->only) runs through the same code.
+    u3 lo = {0u, 0u, 0u}, hi = n;
+    if (d->only != ~0u) {
+      lo = {d->only % n.x, (d->only / n.x) % n.y, d->only / (n.x * n.y)};
+      hi = {lo.x + 1u, lo.y + 1u, lo.z + 1u};
+    }
+    for (unsigned z = lo.z; z < hi.z; ++z)
+      for (unsigned y = lo.y; y < hi.y; ++y)
+        for (unsigned x = lo.x; x < hi.x; ++x) {
           t.pos_in_group = {x, y, z};
           t.pos_in_grid = {base.x + x, base.y + y, base.z + z};
           t.index_in_group = x + n.x * (y + n.y * z);
@@ -117,8 +126,10 @@ template <class Body> void fiber_thread(void* p, unsigned i) {
 
 // Runs each threadgroup's threads as fibers (kernels with barriers or
 // SIMD-group functions): the runtime schedules them.
-template <class Body> void run_groups_fibers(const mk_dispatch* d, mk_u64 first, mk_u64 last, Body body) {
+template <class Body>
+void run_groups_fibers(const mk_dispatch* d, mk_u64 first, mk_u64 last, volatile mk_u64* at, Body body) {
   for (mk_u64 g = first; g < last; ++g) {
+    *at = g;
     fiber_group<Body> c;
     c.body = &body;
     const u3 n = group_ids(d, g, c.t, c.base);
@@ -165,9 +176,11 @@ template <class Body> void simt_sg(void* p, unsigned sg, void* scheduler) {
 }
 
 template <class Body>
-void run_groups_simt(const mk_dispatch* d, mk_u64 first, mk_u64 last, bool barriers, Body body) {
+void run_groups_simt(const mk_dispatch* d, mk_u64 first, mk_u64 last, volatile mk_u64* at, bool barriers,
+                     Body body) {
   metal::__mk::simt_exchange* const x = &simt::thread_exchange;  // a thread-local: looked up once
   for (mk_u64 g = first; g < last; ++g) {
+    *at = g;
     simt_group<Body> c;
     c.body = &body;
     c.fibers = barriers;

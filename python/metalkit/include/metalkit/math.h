@@ -144,34 +144,30 @@ __MK_FP2(fdim, f_fdim)
 __MK_FP2(nextafter, f_nextafter)
 __MK_FP2(fmax, f_fmax)
 __MK_FP2(fmin, f_fmin)
-__MK_FPS(__MK_FP2_S, max, f_fmax)
-__MK_FPS(__MK_FP2_S, min, f_fmin)
+__MK_FP2_S(max, f_fmax)
+__MK_FP2_S(min, f_fmin)
 __MK_FP3(fma, f_fma)
 __MK_FP3(fmax3, f_fmax3)
 __MK_FP3(fmin3, f_fmin3)
 __MK_FP3(fmedian3, f_fmedian3)
-__MK_FPS(__MK_FP3_S, max3, f_fmax3)
-__MK_FPS(__MK_FP3_S, min3, f_fmin3)
-__MK_FPS(__MK_FP3_S, median3, f_fmedian3)
+__MK_FP3_S(max3, f_fmax3)
+__MK_FP3_S(min3, f_fmin3)
+__MK_FP3_S(median3, f_fmedian3)
 
-// Functions with output arguments or integer operands.
-#define __MK_FPOUT(T)                                                          \
-  __MK_F T sincos(T x, T &cosval) {                                            \
-    cosval = (T)__builtin_cosf((float)x);                                      \
-    return (T)__builtin_sinf((float)x);                                        \
-  }                                                                            \
-  __MK_F T frexp(T x, int &e) { return (T)__builtin_frexpf((float)x, &e); }   \
-  __MK_F T modf(T x, T &intval) {                                              \
-    float i = __builtin_truncf((float)x);                                      \
-    intval = (T)i;                                                             \
-    return (T)__mk::f_modf_frac::op<T>((float)x, i);                           \
-  }                                                                            \
-  __MK_F int ilogb(T x) { return __builtin_ilogbf((float)x); }                 \
-  __MK_F T ldexp(T x, int k) { return (T)__builtin_ldexpf((float)x, k); }
-__MK_FPOUT(float)
-__MK_FPOUT(half)
-__MK_FPOUT(bfloat)
-#undef __MK_FPOUT
+// Functions with output arguments or integer operands (templates, as the others).
+template <class T, __MK_FSC(T)> __MK_F T sincos(T x, T &cosval) {
+  cosval = (T)__builtin_cosf((float)x);
+  return (T)__builtin_sinf((float)x);
+}
+template <class T, __MK_FSC(T)> __MK_F T frexp(T x, int &e) { return (T)__builtin_frexpf((float)x, &e); }
+template <class T, __MK_FSC(T)> __MK_F T modf(T x, T &intval) {
+  float i = __builtin_truncf((float)x);
+  intval = (T)i;
+  return (T)__mk::f_modf_frac::op<T>((float)x, i);
+}
+template <class T, __MK_FSC(T)> __MK_F int ilogb(T x) { return __builtin_ilogbf((float)x); }
+template <class T, class K, __mk::req<__mk::fscalar_call<T> && __mk::is_int<K>> = 0>
+__MK_F T ldexp(T x, K k) { return (T)__builtin_ldexpf((float)x, (int)k); }
 
 template <class T, int N, __mk::req<__mk::is_fp<T>> = 0>
 __MK_F vec<T, N> sincos(const vec<T, N> &x, vec<T, N> &cosval) {

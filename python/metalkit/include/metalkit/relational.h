@@ -38,8 +38,8 @@ __MK_FPB1(signbit, r_signbit)
 __MK_FPB2(isordered, r_isordered)
 __MK_FPB2(isunordered, r_isunordered)
 
-__MK_F bool all(bool b) { return b; }
-__MK_F bool any(bool b) { return b; }
+template <class T, __mk::req<__is_same(T, bool)> = 0> __MK_F bool all(T b) { return b; }
+template <class T, __mk::req<__is_same(T, bool)> = 0> __MK_F bool any(T b) { return b; }
 template <class V, __mk::req<__mk::is_bvec<V>> = 0> __MK_F bool all(const V &b) {
   __mk::vec_of<V> v(b);
   bool r = true;

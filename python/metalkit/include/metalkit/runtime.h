@@ -8,6 +8,12 @@ namespace metal {
 namespace __mk {
 inline const mk_runtime* rt = nullptr;
 
+// What the SIMT twin (msl/simt) of one of metalkit's SIMD-group functions returns: there is
+// none, the call goes to the function itself. Declared with each function's own parameters, so
+// when a library overloads a name (MLX's bfloat simd_sum), overload resolution among the twins
+// picks the same function as the call.
+struct stdlib_twin {};
+
 // One SIMD-group function call in a SIMT kernel: every active lane contributes its
 // value (first pass), then every lane computes its result from all of them (second pass).
 struct simt_exchange {

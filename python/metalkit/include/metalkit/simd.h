@@ -288,12 +288,16 @@ template <bool Quad> __MK_F sg_votes sg_ballot(bool expr, site s) {
 
 // The shuffles and broadcasts, for SIMD-groups (quad = false) and quad-groups.
 #define __MK_SG_MOVE_FN(name, quad, kind, arg)                                            \
+  template <class T> __mk::stdlib_twin __mk_simt_##name(T data, ushort arg);              \
   template <class T> __MK_F T name(T data, ushort arg, __mk::site s = __mk::site::here()) { \
     __MK_SG_MOVE(T, #name);                                                               \
     return __mk::sg_move<quad, __mk::mv::kind>(data, arg, s);                             \
   }
 // shuffle_and_fill_up/down, without a modulo (the whole group) and with one.
 #define __MK_SG_FILL_FNS(name, quad, up, width)                                                        \
+  template <class T> __mk::stdlib_twin __mk_simt_##name(T data, __mk::ident<T> filling_data, ushort delta);   \
+  template <class T>                                                                                   \
+  __mk::stdlib_twin __mk_simt_##name(T data, __mk::ident<T> filling_data, ushort delta, ushort modulo);    \
   template <class T>                                                                                   \
   __MK_F T name(T data, __mk::ident<T> filling_data, ushort delta, __mk::site s = __mk::site::here()) { \
     __MK_SG_MOVE(T, #name);                                                                            \
@@ -329,6 +333,7 @@ __MK_F bool simd_is_first(__mk::site s = __mk::site::here()) {
 __MK_F bool simd_is_helper_thread() { return false; }
 
 __MK_SG_MOVE_FN(simd_broadcast, false, index, broadcast_lane_id)
+template <class T> __mk::stdlib_twin __mk_simt_simd_broadcast_first(T data);
 template <class T> __MK_F T simd_broadcast_first(T data, __mk::site s = __mk::site::here()) {
   __MK_SG_MOVE(T, "simd_broadcast_first");
   __mk::sg_view v = __mk::sg_exchange(data, s);
@@ -344,11 +349,13 @@ __MK_SG_FILL_FNS(simd_shuffle_and_fill_up, false, true, 32u)
 __MK_SG_FILL_FNS(simd_shuffle_and_fill_down, false, false, 32u)
 
 #define __MK_SG_RED(name, op, check, quad)                                     \
+  template <class T> __mk::stdlib_twin __mk_simt_##name(T data);               \
   template <class T> __MK_F T name(T data, __mk::site s = __mk::site::here()) { \
     check(T, #name);                                                           \
     return __mk::sg_reduce<__mk::op, quad>(data, s);                           \
   }
 #define __MK_SG_PRE(name, op, inclusive, identity, quad)                       \
+  template <class T> __mk::stdlib_twin __mk_simt_##name(T data);               \
   template <class T> __MK_F T name(T data, __mk::site s = __mk::site::here()) { \
     __MK_SG_NUM(T, #name);                                                     \
     return __mk::sg_prefix<__mk::op, quad, inclusive, identity>(data, s);      \
@@ -389,6 +396,7 @@ __MK_F bool quad_is_first(__mk::site s = __mk::site::here()) {
 __MK_F bool quad_is_helper_thread() { return false; }
 
 __MK_SG_MOVE_FN(quad_broadcast, true, index, broadcast_lane_id)
+template <class T> __mk::stdlib_twin __mk_simt_quad_broadcast_first(T data);
 template <class T> __MK_F T quad_broadcast_first(T data, __mk::site s = __mk::site::here()) {
   __MK_SG_MOVE(T, "quad_broadcast_first");
   __mk::sg_view v = __mk::sg_exchange(data, s);

@@ -97,6 +97,9 @@ template <class D, class T> __MK_F T&& dep(T&& t) { return static_cast<T&&>(t); 
 template <class F, class = void> struct has_twin { static constexpr bool value = false; };
 template <class F> struct has_twin<F, decltype((void)(*(F*)nullptr)(probe{}))> { static constexpr bool value = true; };
 struct no_twin {};
+// The twin a call resolves to is a user helper's (a tag), not one of metalkit's functions.
+template <class T> struct twin_of {};
+template <class Tag, class R> struct twin_of<tag<Tag, R>> { typedef void type; };
 
 // The I-th of a pack of accessors (each: unsigned lane -> the argument for that lane).
 template <unsigned I, class A0, class... A> __MK_F decltype(auto) nth(A0&& a0, A&&... a) {

@@ -127,6 +127,11 @@ template <class B> struct negation : bool_constant<!bool(B::value)> {};
 template <class... B> constexpr bool conjunction_v = conjunction<B...>::value;
 template <class... B> constexpr bool disjunction_v = disjunction<B...>::value;
 template <class B> constexpr bool negation_v = negation<B>::value;
+// The names Apple's headers use for these internally (libraries use them after
+// `#pragma METAL internals : enable`).
+template <class... B> using _conjunction = conjunction<B...>;
+template <class... B> using _disjunction = disjunction<B...>;
+template <class B> using _negation = negation<B>;
 
 template <class T> struct decay {
   typedef remove_reference_t<T> U;

@@ -33,6 +33,12 @@ template <class T, int N> using ev = lane_t<T> __attribute__((ext_vector_type(N)
 template <class T, class U>
 constexpr bool fp16_pair = sizeof(T) == 2 && sizeof(U) == 2 && __is_floating_point(T) && __is_floating_point(U) &&
                            !__is_same(T, U);
+// The operand of a user's cast to T (the front end wraps them, msl/passes/fp16_casts.py): a
+// half to bfloat or bfloat to half goes through float, anything else is passed on as it is.
+template <class T, class U> __MK_CF decltype(auto) cast_arg(U &&u) {
+  if constexpr (fp16_pair<remove_cv_t<T>, remove_cv_t<remove_reference_t<U>>>) return (float)u;
+  else return static_cast<U &&>(u);
+}
 template <class T, class U> __MK_CF lane_t<T> to_lane(U u) {
   if constexpr (fp16_pair<T, U>) return (T)(float)u;
   else return (lane_t<T>)(T)u;
@@ -189,6 +195,9 @@ template <typename T, int N> struct vec : __mk::vstore<T, N> {
   __MK_CF vec(U s) : __base(__storage(__mk::to_lane<T>(s))) {}
   // One scalar per component (any arithmetic types, converted to T).
   template <class... U, __mk::req<sizeof...(U) == N && (__is_arithmetic(U) && ...)> = 0>
+  __MK_CF vec(U... s) : __base(__storage{__mk::to_lane<T>(s)...}) {}
+  // Fewer scalars than components, as a braced list (uint4 v = {a, b, c}): the rest are zero.
+  template <class... U, __mk::req<(sizeof...(U) >= 2 && sizeof...(U) < N) && (__is_arithmetic(U) && ...)> = 0>
   __MK_CF vec(U... s) : __base(__storage{__mk::to_lane<T>(s)...}) {}
   // Scalars and vectors of element type T totalling N components.
   template <class... A, __mk::req<__mk::mixed_ok<T, N, A...>> = 0>

@@ -12,7 +12,7 @@ from ..model import Unit
 
 # Functions that make the threads of a group depend on one another.
 SYNC_FUNCTIONS = ("threadgroup_barrier", "simdgroup_", "simd_", "quad_", "make_filled_simdgroup_matrix",
-                  "__metal_simd", "__metal_quad")
+                  "__metal_simd", "__metal_quad", "__metal_get_thread_index_in_simdgroup")
 
 
 @dataclass

@@ -3,13 +3,16 @@
 Values are given by name or by index (a library's value and a per-kernel
 override: the later entry wins). ``is_function_constant_defined(name)`` becomes
 true or false. A kernel parameter declared ``[[function_constant(c)]]`` exists
-only when ``c`` is true (an unset constant is false).
+only when ``c`` is true (an unset constant is false). A kernel that uses a
+constant given no value cannot be created, as on Metal: ``find_unset_uses``
+names the first such constant per kernel (a use in a function that also tests
+``is_function_constant_defined`` of it counts as guarded).
 """
 from __future__ import annotations
 
 from ..consteval import const_int, cpp_literal
 from ..model import FnDef, Param, Unit
-from ..source import MslError
+from ..source import MslError, match
 from ..tokens import tokenize_line
 
 
@@ -73,3 +76,59 @@ def _param_present(unit: Unit, f: FnDef, p: Param) -> bool:
                     not q.when or f.params.index(q) < f.params.index(p)):
                 raise unit.src.error(f.tok, f"parameters '{q.name}' and '{p.name}' both use [[buffer({p.index})]]")
     return present
+
+
+def find_unset_uses(unit: Unit, reach) -> None:
+    """Sets each kernel's unset_constant: a constant with no value that its body, or a function it
+    reaches, reads. Not counted, as Metal's specialisation folds them away: uses in a function that
+    tests ``is_function_constant_defined`` of the constant; bool constants that make a parameter
+    optional (unset is false there); uses in a branch another constant's value rules out
+    (``c ? use : other``, ``if (c) { use }``, ``if (!c) { use }``)."""
+    fc = unit.fc_values
+    gates = {t.text for f in unit.functions for p in f.params if p.when for t in tokenize_line(p.when, 0)}
+    unset = {name for name, v in fc.items() if v is None and name not in gates}
+    if not unset:
+        return
+    toks = unit.toks
+    uses: dict[str, str] = {}
+    for f in unit.functions:
+        a, b = f.body
+        dead = _dead_branches(toks, a, b, fc)
+        ids = {t.text for k, t in enumerate(toks[a:b], a) if t.kind == "id" and k not in dead} & unset
+        guarded = {toks[j + 2].text for j in range(a, b - 3) if toks[j].text == "is_function_constant_defined"}
+        hit = sorted(ids - guarded)
+        if hit and not uses.get(f.name):
+            uses[f.name] = hit[0]
+    for k in unit.kernels:
+        seen, todo = set(), [k.function] + [t.text for t in toks[k.targs[0]:k.targs[1] + 1] if t.kind == "id"]
+        while todo and not k.unset_constant:
+            name = todo.pop()
+            if name in seen:
+                continue
+            seen.add(name)
+            k.unset_constant = uses.get(name, "")
+            todo.extend(sorted(reach.calls.get(name, ())))
+
+
+def _dead_branches(toks, a: int, b: int, fc: dict) -> set[int]:
+    """Token indices in [a, b) that a constant's known value rules out."""
+    def value(k):  # the truth of the constant named by toks[k], or None
+        v = fc.get(toks[k].text)
+        return None if v is None else bool(v)
+    dead: set[int] = set()
+    for k in range(a, b - 1):
+        t = toks[k].text
+        if t == "?" and k > a and value(k - 1) is False:  # c ? A : B, c false: A
+            depth, j = 0, k + 1
+            while j < b and not (depth == 0 and toks[j].text == ":"):
+                depth += toks[j].text in "([{?"
+                depth -= toks[j].text in ")]}" or (toks[j].text == ":" and depth > 0)
+                j += 1
+            dead.update(range(k + 1, j))
+        elif t == "if" and toks[k + 1].text == "(":
+            neg = toks[k + 2].text == "!"
+            c = k + 3 if neg else k + 2
+            if c + 1 < b and toks[c + 1].text == ")" and value(c) is not None and value(c) == neg \
+                    and toks[c + 2].text == "{":
+                dead.update(range(c + 2, match(toks, c + 2, "{", "}") + 1))
+    return dead

@@ -45,6 +45,10 @@ def collect(unit: Unit, duplicates: str) -> None:
             unit.consumed.update(k for k in unit.attr_at if a <= k <= b)
         else:
             src.insert_after(b, decl)
+    made: dict = {}
+    for k in kernels:
+        if k.targs[1] >= k.targs[0] and (only is None or k.host_name in only):
+            k.max_threads = _max_threads_of(unit, by_name[k.function], k.targs, made)
     names: dict[str, Kernel] = {}
     twice: set[str] = set()
     for k in kernels:
@@ -60,12 +64,37 @@ def _max_threads(src: Source, f: FnDef) -> int:
     for a in f.attrs:
         if a.name == "max_total_threads_per_threadgroup":
             if f.is_template:
-                try:  # WM * WN * 32: a value per instantiation, which the pre-pass does not compute
+                try:
                     return const_int(a.args)
                 except ValueError:
-                    return 1024
+                    return 1024  # WM * WN * 32: per instantiation (_max_threads_of)
             return int_arg(src, a, f.tok)
     return 1024
+
+
+def _max_threads_of(unit: Unit, tmpl: FnDef, targs: tuple[int, int], made: dict) -> int | str:
+    """A template kernel's max_total_threads_per_threadgroup for one instantiation: the attribute's
+    expression as a C++ constant expression of the instantiation's template arguments. A function
+    template with the kernel's own template head, defined before it, evaluates it; an instantiation
+    whose arguments are all deduced (no <...>) keeps the 1024 Metal allows."""
+    attr = next((a for a in tmpl.attrs if a.name == "max_total_threads_per_threadgroup"), None)
+    if attr is None or not tmpl.is_template:
+        return _max_threads(unit.src, tmpl)
+    try:
+        return const_int(attr.args)
+    except ValueError:
+        pass
+    toks = unit.toks
+    if targs[1] < targs[0]:
+        return 1024
+    if id(tmpl) not in made:
+        close = match_angle(toks, tmpl.head + 1)
+        head = " ".join(t.text for t in toks[tmpl.head:close + 1])
+        name = f"max_threads_{len(made)}"
+        # Before the kernel template (its body may be rewritten whole by the SIMT pass).
+        unit.src.insert_before(tmpl.head, f"{head} constexpr unsigned __mk_{name}() {{ return ({attr.args}); }}")
+        made[id(tmpl)] = ("::" + tmpl.scope + "::" if tmpl.scope else "::") + "__mk_" + name
+    return made[id(tmpl)] + " ".join(t.text for t in toks[targs[0]:targs[1] + 1]) + "()"
 
 
 def _instantiation(unit: Unit, a: int, b: int, by_name: dict, serial: int):
@@ -150,6 +179,7 @@ def blank_unbuilt(unit: Unit) -> None:
                 src.blank(a + 1, b - 1)
                 for i in range(a + 1, b):
                     src.after.pop(i, None)
+                    src.before.pop(i, None)
                 unit.dropped.update(range(a + 1, b))
                 for ln in range(unit.toks[a].line, unit.toks[b].line):  # loop hints with no loop left
                     if src.lines[ln].lstrip().startswith("#pragma"):

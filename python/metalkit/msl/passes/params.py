@@ -8,6 +8,7 @@ does. Types are described later by the compiled module itself.
 """
 from __future__ import annotations
 
+from ..consteval import const_int
 from ..model import Param, Unit
 from .attributes import int_arg
 
@@ -54,11 +55,13 @@ def parse(unit: Unit, open_: int, close: int) -> list[Param]:
         if len(words) == 1 and words[0].text == "void":
             continue
         attrs = [a for kind, k in g if kind == "attr" for a in attr_at[k][1]]
-        ids = [w for w in words if w.kind == "id" and w.text not in ("const", "volatile", "restrict", "__restrict")]
+        head = next((i for i, w in enumerate(words) if w.text == "["), len(words))  # before an array's [N]
+        ids = [w for w in words[:head] if w.kind == "id" and w.text not in ("const", "volatile", "restrict", "__restrict")]
         if len(ids) < 2:
             raise src.error(words[0] if words else toks[open_], "every kernel parameter needs a name")
         name = ids[-1].text
-        decl = " ".join(w.text for w in words).replace(" *", "*").replace(" &", "&")
+        decl = " ".join(w.text for w in words).replace(" *", "*").replace(" &", "&").replace(" [ ", "[").replace(" ]", "]")
+        array = _array_length(src, words, ids[-1])
         space = next((SPACES[w.text] for w in words if w.text in SPACES), 0)
         pointer = any(w.text == "*" for w in words)
         ref = any(w.text in ("&", "&&") for w in words)
@@ -83,11 +86,14 @@ def parse(unit: Unit, open_: int, close: int) -> list[Param]:
         buf = [a for a in attrs if a.name == "buffer"]
         idx = int_arg(src, buf[0], ids[-1]) if buf else next_buffer
         next_buffer = idx + 1
+        if array and (pointer or ref or space != SPACES["constant"]):
+            raise src.error(ids[-1], f"array parameter '{name}' must be `constant T {name}[N]` (a value "
+                                     "passed like a scalar); pass a buffer as a pointer")
         if pointer or (ref and space == SPACES["device"]):
             kind = "buffer"
         else:
             kind = "scalar"
-        params.append(Param(name, decl, space, kind, idx, when=when))
+        params.append(Param(name, decl, space, kind, idx, when=when, array=array))
     seen = {}
     for p in params:
         if p.kind in ("buffer", "scalar") and not p.when:
@@ -95,3 +101,22 @@ def parse(unit: Unit, open_: int, close: int) -> list[Param]:
                 raise src.error(toks[open_], f"parameters '{seen[p.index]}' and '{p.name}' both use [[buffer({p.index})]]")
             seen[p.index] = p.name
     return params
+
+
+def _array_length(src, words, name_tok) -> int:
+    """N of a parameter declared `T name[N]` (0 if it is not an array)."""
+    k = next(i for i, w in enumerate(words) if w is name_tok)
+    if k + 1 >= len(words) or words[k + 1].text != "[":
+        return 0
+    dims = [w.text for w in words[k + 1:]]
+    if dims.count("[") > 1:
+        raise src.error(name_tok, f"array parameter '{name_tok.text}' has more than one dimension; "
+                                  "declare it with one (constant T x[N * M])")
+    try:
+        n = const_int(" ".join(dims[1:-1]))
+    except ValueError:
+        n = 0
+    if n <= 0:
+        raise src.error(name_tok, f"the length of array parameter '{name_tok.text}' must be a positive integer "
+                                  "constant the front end can evaluate (a literal or an expression of literals)")
+    return n

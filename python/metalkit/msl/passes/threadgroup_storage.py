@@ -1,26 +1,32 @@
 """``threadgroup T x[N];`` declared in a function body becomes per-threadgroup storage.
 
 One OS thread runs a whole threadgroup, so ``static thread_local`` is exactly
-per-group storage. Left uninitialised, as on Metal.
+per-group storage. Left uninitialised, as on Metal, unless the declaration has an
+initializer (``threadgroup float s[32] = {0};``, which Apple's compiler accepts):
+then the storage holds that value when each threadgroup starts. The first thread
+of a group to reach the declaration copies it in, once (``mk::group_serial``
+counts the groups an OS thread has started), so no thread's stores made before
+another thread reaches the declaration are lost.
 """
 from __future__ import annotations
 
 from ..model import Unit
-from ..source import Source
+from . import keywords
 
 
 def rewrite(unit: Unit) -> None:
     for f in unit.functions:
-        _rewrite_body(unit.src, *f.body)
+        _rewrite_body(unit, *f.body)
 
 
-def _rewrite_body(src: Source, a: int, b: int) -> None:
+def _rewrite_body(unit: Unit, a: int, b: int) -> None:
     """`threadgroup T x[N];` in a function body: per-threadgroup storage.
 
     Metal refuses a kernel whose threadgroup declarations pass 32 KiB; so does
     a static_assert after each one, on the running total of those declared at
     the body's top level (template kernels are checked per instantiation).
     """
+    src = unit.src
     toks = src.toks
     total = ""          # C++ expression: bytes declared so far at the top level
     serial = 0
@@ -40,22 +46,26 @@ def _rewrite_body(src: Source, a: int, b: int) -> None:
             j += 1
         if pointer:
             continue
-        m, depth, names = j, 0, [j - 1]
+        m, depth, names, init = j, 0, [j - 1], None
         while m < b and not (depth == 0 and toks[m].text == ";"):
-            if depth == 0 and toks[m].text in ("=", "{"):
-                raise src.error(toks[m], "a threadgroup variable cannot have an initializer; assign it in the "
-                                         "kernel (then threadgroup_barrier) instead")
+            if depth == 0 and toks[m].text in ("=", "{") and init is None:
+                init = m
             if depth == 0 and toks[m].text == "," and m + 1 < b and toks[m + 1].kind == "id":
                 names.append(m + 1)
             depth += toks[m].text in "([{"
             depth -= toks[m].text in ")]}"
             m += 1
+        if init is not None and len(names) > 1:
+            raise src.error(toks[init], "a threadgroup declaration with an initializer declares one variable; "
+                                        "declare each on its own")
         src.replace(i, i, "static thread_local")
         # Code refers to the storage through a reference bound once per call: a thread-local's
         # address costs a runtime call each time it is looked up.
         for k in names:
             src.replace(k, k, f"__mk_tg_{toks[k].text}")
         refs = " ".join(f"auto& {toks[k].text} = __mk_tg_{toks[k].text};" for k in names)
+        if init is not None:
+            refs = _initialise(unit, i, names[0], init, m) + " " + refs
         names = [toks[k].text for k in names]
         size = " + ".join(f"sizeof({name})" for name in names)
         check = ('static_assert({} <= 32768, "threadgroup memory declared in this kernel passes the 32 KiB '
@@ -69,3 +79,17 @@ def _rewrite_body(src: Source, a: int, b: int) -> None:
         else:
             insert = f" {refs} " + check.format(size)
         src.insert_after(m, insert)
+
+
+def _initialise(unit: Unit, decl: int, name: int, init: int, semi: int) -> str:
+    """The code that gives `threadgroup T x[N] = init;` its value once per threadgroup: the
+    initializer moves to a local `const T __mk_tgi_x[N] = init;` copied in by the group's first thread."""
+    src, toks = unit.src, unit.toks
+    x = toks[name].text
+    words = lambda first, last: " ".join(keywords.literal_text(t) for t in toks[first:last])
+    src.blank(init, semi - 1)
+    unit.dropped.update(range(init, semi))
+    return (f"const {words(decl + 1, name)} __mk_tgi_{x} {words(name + 1, init)} {words(init, semi)}; "
+            f"static thread_local unsigned long long __mk_tgg_{x} = 0; if (__mk_tgg_{x} != ::mk::group_serial) "
+            f"{{ __builtin_memcpy((void*)&__mk_tg_{x}, (const void*)&__mk_tgi_{x}, sizeof(__mk_tg_{x})); "
+            f"__mk_tgg_{x} = ::mk::group_serial; }}")

@@ -52,7 +52,8 @@ UNIFORM_RESULT = {
 }
 # SIMD-group names that are not collective calls.
 NOT_COLLECTIVE = {"simd_is_helper_thread", "quad_is_helper_thread", "simdgroup_barrier", "threadgroup_barrier"}
-COLLECTIVE_PREFIXES = ("simd_", "quad_", "simdgroup_", "__metal_simd", "__metal_quad")
+COLLECTIVE_PREFIXES = ("simd_", "quad_", "simdgroup_", "__metal_simd", "__metal_quad",
+                       "__metal_get_thread_index_in_simdgroup")  # Apple's builtins (include/metalkit/builtins.h)
 
 
 def is_collective(name: str) -> bool:
@@ -458,6 +459,10 @@ class Function:
                         self.scan(a, info)
                     if dc.var.kind != "shared":
                         info.writes.add(dc.var)
+                if "constexpr" in s.specs:  # evaluated by the compiler: no effects, one value in every lane
+                    info.impure = False
+                    info.hoists = []
+                    info.mem_r, info.mem_w = set(), set()
             elif isinstance(s, sx.Return):
                 self.scan(s.value, info)
             elif isinstance(s, sx.Case):

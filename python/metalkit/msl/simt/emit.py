@@ -683,7 +683,8 @@ class Emitter:
             call0 = f"{dep}({callee0})()"
         else:
             call0 = f"{callee0}({', '.join(args0)})"
-        return (f"[&](auto __t) __attribute__((always_inline)) -> decltype((void)({call0})) {{ decltype({call0})::type::call(__f, __m, &{res}"
+        return (f"[&](auto __t) __attribute__((always_inline)) -> typename mk::simt::twin_of<decltype({call0})>::type "
+                f"{{ decltype({call0})::type::call(__f, __m, &{res}"
                 f"{''.join(', ' + x for x in accs)}); }}")
 
     def emit_barrier(self, p: Piece, ctx_v: bool) -> None:
@@ -835,6 +836,7 @@ class Emitter:
         for i in range(a, b + 1):
             self.src.out[i] = " ".join(self.frags.get(i, []))
             self.src.after.pop(i, None)
+            self.src.before.pop(i, None)
         for ln in range(self.toks[a].line, self.toks[b].line):
             if self.src.lines[ln].lstrip().startswith("#pragma"):
                 self.src.line_out[ln] = ""

@@ -156,12 +156,18 @@ def _template_params(unit: Unit, a: int, b: int) -> list[TParam]:
         if "template" in words:
             raise Unsupported(s, "a template template parameter on a function that uses SIMD-group functions")
         ids = [j for j in range(s, eq) if toks[j].kind == "id" and toks[j].text not in ("typename", "class")]
-        star = next((j for j in range(s, eq - 2) if toks[j].text == "(" and toks[j + 1].text == "*"), None)
-        if star is not None and toks[star + 2].kind == "id":
-            ids = [star + 2]  # a function pointer, R (*name)(params): its name is not the last word
-        if not ids:
+        fptr = next((j + 2 for j in range(s, eq - 2) if toks[j].text == "(" and toks[j + 1].text == "*"
+                     and toks[j + 2].kind == "id"), None)
+        if fptr is not None:  # a function pointer, `void (*f)(args)`: named inside the parentheses
+            nm = toks[fptr].text
+        elif toks[eq - 1].text in (">", ">>"):
+            # unnamed (`enable_if_t<C, bool> = true`): named here, so the twin can pass it on
+            nm = f"__mk_tp_{s}"
+            src.insert_after(eq - 1, f" {nm}")
+        elif ids:
+            nm = toks[ids[-1]].text
+        else:
             raise Unsupported(s, "an unnamed template parameter on a function that uses SIMD-group functions")
-        nm = toks[ids[-1]].text
         out.append(TParam(nm, " ".join(src.text_of(j) for j in range(s, eq)), "..." in words))
     return out
 
@@ -211,6 +217,8 @@ def class_members(unit: Unit, body: int) -> dict[str, bool]:
         x = toks[j]
         if x.text == "{":
             j = match(toks, j, "{", "}") + 1
+            if toks[j - 2].text != "=" and toks[j - 2].text != ",":  # a function body ends its declaration
+                stmt_static = stmt_type = False
             continue
         if x.text in ("(",):
             j = match(toks, j, "(", ")") + 1
