@@ -195,7 +195,10 @@ def compile(source: str, *, filename: str = "<source>", include_dirs: Iterable[s
     ``kernels`` names the only kernels to build on the CPU backend (a large
     file then builds in a fraction of the time; Metal compiles the whole
     source). Compiled code is cached in memory and on disk, keyed by the
-    source and options.
+    source and options. On the CPU backend a file of more than 8 kernels is
+    compiled a kernel at a time, on first use (``lib.build()`` compiles all
+    of it now); errors the pre-pass sees are raised here, a kernel's own on
+    its first use.
 
     >>> import numpy as np, metalkit
     >>> lib = metalkit.compile('''
