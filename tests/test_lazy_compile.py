@@ -146,7 +146,7 @@ def test_build_compiles_everything_in_groups_and_names_the_kernels_that_fail(com
     with pytest.raises(mk.CompileError, match=r"1 of \d+ kernels do not compile \(broken\).*undefined_name"):
         lib.build(jobs=2)
     built = len(compiles)
-    assert 1 < built < len(NAMES)  # in groups, and the failing group's kernels one by one
+    assert 1 < built < len(NAMES)  # in groups, and the failing group split until the kernel is found
     assert capsys.readouterr().err == ""  # no progress bar: stderr is not a terminal
     again = mk.compile(src, **OPTS)
     for i in range(N):

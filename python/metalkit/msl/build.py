@@ -177,7 +177,8 @@ def build_all(source: str, filename: str = "<source>", include_dirs=(), constant
               defines=None, jobs: int | None = None, progress: Callable[[int], None] | None = None) -> int:
     """Compiles every kernel of a file not cached yet, in groups, ``jobs`` compilers at a time
     (default: one per core); ``progress(n)`` is called as each ``n`` kernels are done. Returns
-    the number of kernels compiled. Kernels that fail are reported together, after the rest are built."""
+    the number of kernels compiled. Kernels that fail (a failing group is split until they are
+    found) are reported together, after the rest are built."""
     tc = toolchain.find()
     opts = Options.of(source, filename, include_dirs, constants, fast_math, defines)
     module, names, _ = plan(source, filename, include_dirs, constants, fast_math, defines)
@@ -223,7 +224,7 @@ def build_all(source: str, filename: str = "<source>", include_dirs=(), constant
 
 def _build_group(tc, opts: Options, group: list[str], cancel: threading.Event) -> dict[str, CompileError]:
     """Builds ``group`` as one module and records it under each kernel's key; if it fails, each
-    kernel alone, to find which fail. Returns the failures."""
+    half the same way, down to the kernels that fail alone. Returns those failures."""
     if cancel.is_set():
         return {}
     try:
@@ -231,15 +232,8 @@ def _build_group(tc, opts: Options, group: list[str], cancel: threading.Event) -
     except CompileError as e:
         if len(group) == 1:
             return {group[0]: e}
-        failures = {}
-        for name in group:
-            if cancel.is_set():
-                break
-            try:
-                _build(tc, opts, [name])
-            except CompileError as one:
-                failures[name] = one
-        return failures
+        half = len(group) // 2
+        return {**_build_group(tc, opts, group[:half], cancel), **_build_group(tc, opts, group[half:], cancel)}
     entry = cache.lookup(opts.key(tc, group))
     if entry is None:  # removed since by another process: its kernels build on first use
         return {}
