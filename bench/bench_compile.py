@@ -1,6 +1,6 @@
 """Compile on first use, measured: a large .metal file on the CPU backend.
 
-    python bench/bench_compile.py [FILE.metal] [-I DIR]... [--kernel NAME] [--jobs N]
+    python bench/bench_compile.py [FILE.metal] [-I DIR]... [--kernel NAME] [--jobs N] [--no-build]
 
 Without FILE, a synthetic file of 640 kernels (templates instantiated by host_name, plain
 kernels, threadgroup reductions) is generated. Each figure comes from a child process with its
@@ -137,6 +137,7 @@ def main() -> None:
     ap.add_argument("-I", dest="dirs", action="append", default=[], help="include directory")
     ap.add_argument("--kernel", help="the kernel to use first (default: one from the middle of the file)")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="compilers at a time for build()")
+    ap.add_argument("--no-build", action="store_true", help="measure first use only (a whole build takes minutes)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-compile-") as tmp:
         tmp = Path(tmp)
@@ -152,12 +153,14 @@ def main() -> None:
             name = names[len(names) // 2]
         cold = run(path, name, "first", tmp / "cache-a", args.dirs, args.jobs)
         warm = run(path, name, "first", tmp / "cache-a", args.dirs, args.jobs)
-        built = run(path, name, "build", tmp / "cache-b", args.dirs, args.jobs)
+        built = None if args.no_build else run(path, name, "build", tmp / "cache-b", args.dirs, args.jobs)
     print(f"file: {path} ({cold['kernels']} kernels), first kernel: {name}")
     print(f"cold   load() {cold['load']:.2f} s + first use {cold['first']:.2f} s = "
           f"{cold['load'] + cold['first']:.2f} s (goal < 10 s)")
     print(f"warm   import {warm['import']:.2f} s + load() {warm['load']:.3f} s + first use {warm['first']:.3f} s = "
           f"{warm['total']:.2f} s in process, {warm['wall']:.2f} s wall with interpreter start (goal < 0.5 s)")
+    if built is None:
+        return
     print(f"build  whole file {built['build']:.1f} s with {args.jobs} compilers on {os.cpu_count()} cores"
           + (f" ({built['failed']})" if "failed" in built else ""))
 
