@@ -1,14 +1,24 @@
-"""Writes the macOS availability of the Metal and Foundation names src/metal uses.
+"""Writes the macOS availability of the Metal and Foundation APIs, for the selector lint.
 
-    python scripts/metal_availability.py SDK_DIR > tests/data/metal-api/availability.txt
+    python scripts/metal_availability.py SDK_DIR
 
 clang (the ziglang wheel's) parses the SDK's Metal.h and Foundation.h and
-dumps the declarations; each name's version is the macOS its API_AVAILABLE
-annotation gives, an enum constant without one taking its enum's. The names
-are every MTL*/NS* identifier in src/metal and every constant of the enums
-among them, so the selector lint knows the neighbours of what the backend
-uses. A name the SDK lacks is reported on stderr: it belongs in
-availability-newer-sdks.txt, by hand, from a newer SDK or Apple's documentation.
+dumps the declarations; each one's version is the macOS its API_AVAILABLE
+annotation gives. Two files in tests/data/metal-api are written:
+
+- availability.txt: every MTL*/NS* identifier in src/metal and every constant
+  of the enums among them (so the lint knows the neighbours of what the
+  backend uses), an enum constant without an annotation taking its enum's.
+- availability-selectors.txt: every selector of the lint's lists
+  (metal-selectors.txt, foundation*-selectors.txt) that the SDK declares, with
+  the oldest macOS any Metal or Foundation class or protocol declaring it has
+  it on (a method without an annotation takes its class's or protocol's): the
+  lint cannot tell which class receives a message, so it flags a selector
+  only when every declaration of it is newer than the deployment target.
+
+A name the backend uses that the SDK lacks is reported on stderr (a selector,
+by the lint): it belongs in availability-newer-sdks.txt, by hand, from a newer
+SDK or Apple's documentation.
 """
 from __future__ import annotations
 
@@ -20,11 +30,15 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-_NAME = re.compile(r"\b(?:MTL|NS)[A-Z]\w*")
+_NAME = re.compile(r"\b(?:MTL|NS)[A-Z0-9]\w*")  # MTL4...: Metal 4's names
 _COMMENT_OR_STRING = re.compile(r'//[^\n]*|/\*.*?\*/|@?"(?:\\.|[^"\\\n])*"', re.S)
 # "AvailabilityAttr 0x... <range> [Inherited] macos 10.11 13.0 0 [Unavailable] ..."
 _AVAILABILITY = re.compile(r"AvailabilityAttr 0x\w+ <[^>]*> (?:Inherited )?macos ([\d.]+) [\d.]+ [\d.]+( Unavailable)?")
 _CONSTANT = re.compile(r"EnumConstantDecl 0x\w+ .* (\w+) '[^']*'(?::'[^']*')?$")
+# "|-ObjCMethodDecl 0x... <...> col:37 implicit - GPUStartTime 'CFTimeInterval':'double'"
+_METHOD = re.compile(r"ObjCMethodDecl 0x\w+ .*? [-+] (\S+) '")
+_CONTAINER = ("ObjCInterfaceDecl", "ObjCProtocolDecl", "ObjCCategoryDecl")
+DATA = ROOT / "tests" / "data" / "metal-api"
 
 
 def names_used() -> set[str]:
@@ -92,6 +106,60 @@ def parse(dump: str) -> tuple[dict[str, str], dict[str, list[str]]]:
     return versions, enums
 
 
+def selector_versions(dumps: list[str], containers: dict[str, str]) -> dict[str, str]:
+    """selector -> the oldest macOS any declaration of it in the dumps has ("-": no annotation).
+
+    A method's own annotation counts, else its class's or protocol's (its block's
+    own, else containers: name -> version, from parse()); declarations
+    unavailable on macOS are left out, and a selector that only has those is
+    "unavailable"."""
+    def version(attrs: list[re.Match], fallback: str) -> str:
+        return ("unavailable" if attrs[-1].group(2) else attrs[-1].group(1)) if attrs else fallback
+
+    found: dict[str, list[str]] = {}
+    for block in (b for dump in dumps for b in dump.split("Dumping ")[1:]):
+        header, *lines = block.splitlines()
+        decl = lines[0].split(" ", 1)[0] if lines else ""
+        if decl == "ObjCMethodDecl" and "::" in header:  # a member dumped on its own
+            container, selector = header[:-1].split("::", 1)  # "Dumping MTLDevice::newCommandQueue:"
+            own = [m for line in lines if _depth(line) == 1 for m in [_AVAILABILITY.search(line)] if m]
+            found.setdefault(selector, []).append(version(own, containers.get(container, "-")))
+        elif decl in _CONTAINER:  # its methods (properties' getters and setters among them) are its children
+            own = [m for line in lines if _depth(line) == 1 for m in [_AVAILABILITY.search(line)] if m]
+            outer = version(own, containers.get(header[:-1], "-"))
+            for i, line in enumerate(lines):
+                m = _METHOD.search(line) if _depth(line) == 1 else None
+                if not m:
+                    continue
+                attrs = []
+                for child in lines[i + 1:]:
+                    if _depth(child) <= 1:
+                        break
+                    if _depth(child) == 2 and _AVAILABILITY.search(child):
+                        attrs.append(_AVAILABILITY.search(child))
+                found.setdefault(m.group(1), []).append(version(attrs, outer))
+    out = {}
+    for selector, versions in found.items():
+        available = [v for v in versions if v != "unavailable"]
+        if not available:
+            out[selector] = "unavailable"
+        elif "-" in available:
+            out[selector] = "-"
+        else:
+            out[selector] = min(available, key=lambda v: tuple(int(p) for p in v.split(".")))
+    return out
+
+
+def _listed(*files: str) -> set[str]:
+    out = set()
+    for f in files:
+        for line in (DATA / f).read_text().splitlines():
+            line = line.split("#", 1)[0].strip()
+            if line:
+                out.add(line)
+    return out
+
+
 def sdk_version(zig: Path, sysroot: str) -> str:
     source = "#include <Availability.h>\nMK_SDK __MAC_OS_X_VERSION_MAX_ALLOWED\n"
     run = subprocess.run([str(zig), "clang", "-target", "arm64-apple-macos11.0", "-isysroot", sysroot,
@@ -111,11 +179,15 @@ def main() -> None:
         sysroot = subprocess.run([str(ROOT / "scripts" / "macos_sysroot.sh"), sys.argv[1], scratch],
                                  capture_output=True, text=True, check=True).stdout.strip()
         used = names_used()
-        versions, enums = parse(ast_dump(zig, sysroot, "MTL"))
+        metal = ast_dump(zig, sysroot, "MTL")
+        versions, enums = parse(metal)
+        foundation = ast_dump(zig, sysroot, "NS")  # all of Foundation, NSObject's alloc and init too
         for name in sorted(n for n in used if n.startswith("NS")):
             found, _ = parse(ast_dump(zig, sysroot, name))
             if name in found:
                 versions[name] = found[name]
+        containers = {**parse(foundation)[0], **versions}
+        selectors = selector_versions([metal, foundation], containers)
         version = sdk_version(zig, sysroot)
 
     wanted = set(used)
@@ -125,10 +197,15 @@ def main() -> None:
     missing = sorted(n for n in wanted if n not in versions)
     if missing:
         print(f"not in this SDK (add them to availability-newer-sdks.txt): {' '.join(missing)}", file=sys.stderr)
-    print(f"# Generated by scripts/metal_availability.py from the macOS {version} SDK's headers.")
-    print("# name, and the macOS that introduced it (- : no availability annotation, as old as its framework)")
-    for name in sorted(n for n in wanted if n in versions and _NAME.fullmatch(n)):
-        print(f"{name} {versions[name]}")
+    header = f"# Generated by scripts/metal_availability.py from the macOS {version} SDK's headers.\n"
+    (DATA / "availability.txt").write_text(
+        header + "# name, and the macOS that introduced it (- : no availability annotation, as old as its framework)\n"
+        + "".join(f"{name} {versions[name]}\n" for name in sorted(n for n in wanted if n in versions and _NAME.fullmatch(n))))
+    listed = _listed("metal-selectors.txt", "foundation-selectors.txt", "foundation-extra-selectors.txt")
+    (DATA / "availability-selectors.txt").write_text(
+        header + "# selector, and the oldest macOS a Metal or Foundation class or protocol declaring it has it on\n"
+        "# (- : no annotation on the method nor its class, as old as its framework)\n"
+        + "".join(f"{sel} {selectors[sel]}\n" for sel in sorted(listed & selectors.keys())))
 
 
 if __name__ == "__main__":

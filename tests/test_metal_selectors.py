@@ -14,15 +14,22 @@ read from declarations (``id<MTLDevice> device``, ``NSString* name``,
 ``MTLAutoreleased... x``); a C++ member access (``spec.name``) is not a property
 unless it follows one.
 
-Availability: each MTL*/NS* identifier (type, protocol, class, function, enum
-constant) must be in availability.txt (generated from the macOS 14.2 SDK's
-headers by scripts/metal_availability.py) or availability-newer-sdks.txt. One
+Availability: each MTL*/MTL4*/NS* identifier (type, protocol, class, function,
+enum constant) and each selector must be in availability.txt /
+availability-selectors.txt (generated from the macOS 14.2 SDK's headers by
+scripts/metal_availability.py) or availability-newer-sdks.txt. A selector's
+version is the oldest any class declaring it has (the lint cannot tell the
+receiver's class; the class's own name is checked where it is written). One
 that the oldest SDK the backend builds with (metal_internal.h) lacks must sit
 in an ``#if __MAC_OS_X_VERSION_MAX_ALLOWED >= ...`` block; one newer than the
 deployment target (pyproject.toml) in the body of an
 ``if (@available(macOS N, *))`` / ``__builtin_available`` or of a function
 marked ``API_AVAILABLE(macos(N))``, or be a ``case`` label (clang exempts those
-too). Names made by token pasting in a macro are not seen.
+too); a call of such a function needs the same guard. Any other condition
+(``#else`` of a ``<`` test, ``defined(__MAC_15_0)``, ``@unavailable``) guards
+nothing here: the lint errs on the side of flagging. A name in a ``#define``
+body counts where the ``#define`` stands, for the SDK check only (where it
+expands is not followed); names made by token pasting are not seen.
 """
 from __future__ import annotations
 
@@ -49,8 +56,11 @@ _TOKEN = re.compile(r"""
   | (?P<id>@?[A-Za-z_]\w*)
   | (?P<punct>::|->|==|!=|<=|>=|&&|\|\||[-+*/%&|^=<>!~?:;,.(){}\[\]#@^])
 """, re.X)
+_API_NAME = re.compile(r"(?:MTL|NS)[A-Z0-9]\w*")  # MTL4...: Metal 4's names
 _COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
 _DIRECTIVE = re.compile(r"^[ \t]*#(?:[^\n]*\\\n)*[^\n]*", re.M)
+_DEFINE = re.compile(r"^[ \t]*#[ \t]*define[ \t]+\w+(?:\([^)]*\))?(?P<body>(?:[^\n]*\\\n)*[^\n]*)", re.M)
+_API_NAME_IN_TEXT = re.compile(r"(?<![\w.>:])(?:MTL|NS)[A-Z0-9]\w*")  # not after '.', '->' or '::'
 _OBJC_DECL = [
     re.compile(r"\bid\s*<\s*\w+\s*>\s*(?:const\s+)?(\w+)"),                  # id<MTLDevice> device
     re.compile(r"\b(?:MTL|NS)\w*\s*<[^;]*?>\s*\*\s*(?:const\s+)?(\w+)"),    # NSArray<id<MTLDevice>>* all
@@ -73,6 +83,16 @@ class Use:
     name: str  # selector, or class name when kind == "class"
     kind: str  # "send", "getter", "setter" or "class"
     line: int
+    tok: int = -1  # index of its (first) token in tokenize()'s list
+
+    def selectors(self) -> list[str]:
+        """The selectors this use may send: a property's setter, or its getter under either name."""
+        cap = self.name[:1].upper() + self.name[1:]
+        if self.kind == "setter":
+            return [f"set{cap}:"]
+        if self.kind == "getter":
+            return [self.name, f"is{cap}"]
+        return [self.name]
 
 
 def tokenize(text: str) -> list[Tok]:
@@ -130,11 +150,11 @@ def message_send(toks: list[Tok], open_: int, close: int) -> list[Use]:
         if not (ident(atoms[k]) and _ends_expression(toks, atoms[k - 1])):
             continue
         uses = []
-        if k == 1 and ident(atoms[0]) and re.match(r"(?:MTL|NS)[A-Z]", toks[atoms[0][0]].text):
-            uses.append(Use(toks[atoms[0][0]].text, "class", toks[atoms[0][0]].line))
+        if k == 1 and ident(atoms[0]) and _API_NAME.fullmatch(toks[atoms[0][0]].text):
+            uses.append(Use(toks[atoms[0][0]].text, "class", toks[atoms[0][0]].line, atoms[0][0]))
         name = toks[atoms[k][0]].text
         if k + 1 == len(atoms):
-            return uses + [Use(name, "send", toks[atoms[k][0]].line)]
+            return uses + [Use(name, "send", toks[atoms[k][0]].line, atoms[k][0])]
         if not colon(atoms[k + 1]):
             return []
         parts, pending_ternary = [name], 0
@@ -146,7 +166,7 @@ def message_send(toks: list[Tok], open_: int, close: int) -> list[Use]:
                 pending_ternary -= 1
             elif ident(a) and colon(atoms[j + 1]) and _ends_expression(toks, atoms[j - 1]) and not pending_ternary:
                 parts.append(toks[a[0]].text)
-        return uses + [Use("".join(p + ":" for p in parts), "send", toks[atoms[k][0]].line)]
+        return uses + [Use("".join(p + ":" for p in parts), "send", toks[atoms[k][0]].line, atoms[k][0])]
     return []
 
 
@@ -163,14 +183,14 @@ def property_uses(toks: list[Tok], objc: set[str]) -> list[Use]:
             prop = toks[j + 2]
             if on_object and toks[j + 1].text == ".":
                 setter = j + 3 < len(toks) and toks[j + 3].text == "="
-                out.append(Use(prop.text, "setter" if setter else "getter", prop.line))
+                out.append(Use(prop.text, "setter" if setter else "getter", prop.line, j + 2))
             on_object = on_object or prop.text in objc
             j += 2
     return out
 
 
-def uses_in(text: str) -> list[Use]:
-    toks = tokenize(text)
+def uses_in(text: str, toks: list[Tok] | None = None) -> list[Use]:
+    toks = toks if toks is not None else tokenize(text)
     uses = property_uses(toks, objc_names(text))
     for i, t in enumerate(toks):
         if t.text == "[":
@@ -194,14 +214,9 @@ CLASSES = _names("classes.txt")
 
 def unknown(uses: list[Use]) -> list[Use]:
     def known(u: Use) -> bool:
-        cap = u.name[:1].upper() + u.name[1:]
         if u.kind == "class":
             return u.name in CLASSES
-        if u.kind == "setter":
-            return f"set{cap}:" in SELECTORS
-        if u.kind == "getter":
-            return u.name in SELECTORS or f"is{cap}" in SELECTORS
-        return u.name in SELECTORS
+        return any(s in SELECTORS for s in u.selectors())
     return [u for u in uses if not known(u)]
 
 
@@ -265,7 +280,6 @@ def test_lint_catches_fake_selectors_and_classes():
 # ---- Availability ----------------------------------------------------------
 
 Version = tuple  # (major, minor[, patch])
-_API_NAME = re.compile(r"(?:MTL|NS)[A-Z]\w*")
 _SDK_IF = re.compile(r"\s*\(?\s*__MAC_OS_X_VERSION_MAX_ALLOWED\s*>=\s*(\d+)\s*\)?\s*")
 
 
@@ -291,7 +305,7 @@ class Availability:
 
 def _availability() -> dict[str, Availability]:
     out = {}
-    for f in ("availability.txt", "availability-newer-sdks.txt"):
+    for f in ("availability.txt", "availability-selectors.txt", "availability-newer-sdks.txt"):
         for line in (DATA / f).read_text().splitlines():
             fields = line.split("#", 1)[0].split()
             if not fields:
@@ -352,10 +366,11 @@ def _statement_end(toks: list[Tok], i: int) -> int:
     return i
 
 
-def runtime_guards(toks: list[Tok]) -> list[tuple[int, int, Version]]:
+def runtime_guards(toks: list[Tok]) -> tuple[list[tuple[int, int, Version]], dict[str, Version]]:
     """Token ranges that run only on a macOS of at least some version, with that version:
-    the body of ``if (@available(macOS N, *))`` and of a function marked API_AVAILABLE(macos(N))."""
-    out = []
+    the body of ``if (@available(macOS N, *))`` and of a function marked API_AVAILABLE(macos(N));
+    and those functions' names, with N (a call of one needs a guard, as a Metal API does)."""
+    out, functions = [], {}
     for i, t in enumerate(toks):
         if t.text in ("@available", "__builtin_available") and toks[i - 1].text == "(" and toks[i - 2].text == "if":
             args = toks[i + 2:_close(toks, i + 1)]
@@ -375,7 +390,11 @@ def runtime_guards(toks: list[Tok]) -> list[tuple[int, int, Version]]:
             while toks[last].text not in ("{", ";"):
                 last = _close(toks, last) + 1 if toks[last].text in "([" else last + 1
             out.append((first, _statement_end(toks, last), _version(versions[0])))
-    return out
+            # The declared name: the last identifier before a '(' at the declaration's top level.
+            names = [toks[k].text for k in range(first, i) if toks[k].kind == "id" and toks[k + 1].text == "("]
+            if names:
+                functions[names[-1]] = _version(versions[0])
+    return out, functions
 
 
 @dataclass
@@ -383,33 +402,60 @@ class NameUse:
     name: str
     line: int
     problem: str  # "" when the use is fine
+    kind: str = "name"  # "name" (an MTL*/NS* identifier), "selector", or "function" (one marked API_AVAILABLE)
+
+
+def _problem(a: Availability | None, line: int, tok: int, sdk_ranges, os_ranges, what: str, case: bool = False) -> str:
+    """What is wrong with using an API of availability `a` at this line and token, or "".
+    A case label needs no runtime guard (clang exempts those too), but its SDK must declare it."""
+    if a is None:
+        return (f"not in tests/data/metal-api/availability*.txt: add the {what} with the macOS that introduced it "
+                "(scripts/metal_availability.py SDK_DIR, or by hand for a newer SDK's)")
+    if a.unavailable:
+        return "unavailable on macOS"
+    if a.sdk > OLDEST_SDK and not any(lo <= line <= hi and v >= a.sdk for lo, hi, v in sdk_ranges):
+        return (f"declared only from the macOS {_dotted(a.sdk)} SDK, and the backend builds with the "
+                f"{_dotted(OLDEST_SDK)} SDK: use it inside #if __MAC_OS_X_VERSION_MAX_ALLOWED >= "
+                f"{a.sdk[0] * 10000 + a.sdk[1] * 100}")
+    if a.macos and a.macos > DEPLOYMENT_TARGET and not case and not any(lo <= tok <= hi and v >= a.macos for lo, hi, v in os_ranges):
+        return (f"introduced in macOS {_dotted(a.macos)}, after the deployment target "
+                f"{_dotted(DEPLOYMENT_TARGET)}: use it inside if (@available(macOS {_dotted(a.macos)}, *)) "
+                f"or a function marked API_AVAILABLE(macos({_dotted(a.macos)}))")
+    return ""
 
 
 def availability_uses(text: str) -> list[NameUse]:
-    """Every MTL*/NS* identifier in Objective-C++ source, with what is wrong with its use, if anything."""
+    """Every MTL*/NS* identifier, selector and call of a function marked API_AVAILABLE in
+    Objective-C++ source, with what is wrong with its use, if anything."""
     toks = tokenize(text)
-    os_ranges, sdk_ranges = runtime_guards(toks), sdk_guards(text)
+    (os_ranges, functions), sdk_ranges = runtime_guards(toks), sdk_guards(text)
     out = []
     for i, t in enumerate(toks):
-        if t.kind != "id" or not _API_NAME.fullmatch(t.text) or (i and toks[i - 1].text in (".", "->", "::")):
+        if t.kind != "id" or (i and toks[i - 1].text in (".", "->", "::")):
             continue
-        a = AVAILABILITY.get(t.text)
-        problem = ""
-        if a is None:
-            problem = ("not in tests/data/metal-api/availability*.txt: add it with the macOS that introduced it "
-                       "(scripts/metal_availability.py SDK_DIR, or by hand for a newer SDK's names)")
-        elif a.unavailable:
-            problem = "unavailable on macOS"
-        elif a.sdk > OLDEST_SDK and not any(lo <= t.line <= hi and v >= a.sdk for lo, hi, v in sdk_ranges):
-            problem = (f"declared only from the macOS {_dotted(a.sdk)} SDK, and the backend builds with the "
-                       f"{_dotted(OLDEST_SDK)} SDK: use it inside #if __MAC_OS_X_VERSION_MAX_ALLOWED >= "
-                       f"{a.sdk[0] * 10000 + a.sdk[1] * 100}")
-        elif (a.macos and a.macos > DEPLOYMENT_TARGET and toks[i - 1].text != "case"
-              and not any(lo <= i <= hi and v >= a.macos for lo, hi, v in os_ranges)):
-            problem = (f"introduced in macOS {_dotted(a.macos)}, after the deployment target "
-                       f"{_dotted(DEPLOYMENT_TARGET)}: use it inside if (@available(macOS {_dotted(a.macos)}, *)) "
-                       f"or a function marked API_AVAILABLE(macos({_dotted(a.macos)}))")
-        out.append(NameUse(t.text, t.line, problem))
+        if _API_NAME.fullmatch(t.text):
+            problem = _problem(AVAILABILITY.get(t.text), t.line, i, sdk_ranges, os_ranges, "name",
+                               case=toks[i - 1].text == "case")
+            out.append(NameUse(t.text, t.line, problem))
+        elif t.text in functions and toks[i + 1].text == "(":
+            a = Availability(functions[t.text], (0,))
+            out.append(NameUse(t.text, t.line, _problem(a, t.line, i, sdk_ranges, os_ranges, "function"), "function"))
+    # A macro's body is not tokenized with the code: its names count where the #define stands
+    # (an SDK #if around it guards them; where it expands, so whether @available does, is unknown).
+    code = _COMMENT.sub(lambda m: re.sub(r"[^\n]", " ", m.group()), text)
+    for m in _DEFINE.finditer(code):
+        for name in _API_NAME_IN_TEXT.finditer(m.group("body")):
+            line = code.count("\n", 0, m.start("body") + name.start()) + 1
+            problem = _problem(AVAILABILITY.get(name.group()), line, -1, sdk_ranges, [], "name", case=True)
+            out.append(NameUse(name.group(), line, problem))
+    for u in uses_in(text, toks):
+        if u.kind == "class":
+            continue  # the identifier pass has it
+        # A getter may be declared under either name; the lint cannot tell which class receives
+        # the message, so the data holds the oldest macOS any class declaring the selector has.
+        selector = next((s for s in u.selectors() if s in AVAILABILITY), u.selectors()[0])
+        problem = _problem(AVAILABILITY.get(selector), u.line, u.tok, sdk_ranges, os_ranges, "selector")
+        out.append(NameUse(selector, u.line, problem, "selector"))
     return out
 
 
@@ -420,12 +466,14 @@ def test_every_name_is_known_and_guarded(path: Path):
 
 
 def test_the_backend_guards_its_newer_names():
-    """The lint sees the names the backend has to guard (one that saw none would pass anything)."""
-    names = {u.name for p in _metal_files() for u in availability_uses(p.read_text())}
+    """The lint sees the names and selectors the backend has to guard (one that saw none would pass anything)."""
+    uses = [u for p in _metal_files() for u in availability_uses(p.read_text())]
+    names = {u.name for u in uses if u.kind != "function"}
     newer_sdk = {n for n in names if AVAILABILITY[n].sdk > OLDEST_SDK}
     newer_os = {n for n in names if (AVAILABILITY[n].macos or (0,)) > DEPLOYMENT_TARGET}
-    assert {"MTLPipelineOptionBindingInfo", "MTLMathModeFast", "MTLMathModeSafe"} <= newer_sdk
-    assert {"MTLBinding", "MTLBufferBinding", "MTLLanguageVersion3_1"} <= newer_os
+    assert {"MTLPipelineOptionBindingInfo", "MTLMathModeFast", "MTLMathModeSafe", "setMathMode:"} <= newer_sdk
+    assert {"MTLBinding", "MTLBufferBinding", "MTLLanguageVersion3_1", "bindings", "setMathMode:"} <= newer_os
+    assert {u.name for u in uses if u.kind == "function"} == {"from_bindings"}
     assert (10, 9) < DEPLOYMENT_TARGET <= OLDEST_SDK
 
 
@@ -455,6 +503,24 @@ constexpr MTLPipelineOption kTooOld = MTLPipelineOptionBindingInfo;
 #endif
 static bool bfloat(MTLDataType t) API_AVAILABLE(macos(14.0)) { return t == MTLDataTypeBFloat; }
 static const char* spelt(MTLBindingType t) { return t == MTLBindingTypeTextur ? "texture" : "other"; }
+static void compile(MTLCompileOptions* options, MTLAutoreleasedComputePipelineReflection reflection) {
+  options.mathMode = MTLMathModeFast;
+#if __MAC_OS_X_VERSION_MAX_ALLOWED >= 150000
+  options.mathMode = MTLMathModeSafe;
+  if (@available(macOS 15.0, *)) options.mathMode = MTLMathModeSafe;
+#endif
+  id b = reflection.bindings;
+  if (@available(macOS 13.0, *)) b = reflection.bindings;
+  bool same = bfloat(MTLDataTypeFloat);
+  if (@available(macOS 14.0, *)) same = bfloat(MTLDataTypeFloat);
+  id<MTL4CommandQueue> queue = nil;
+  [options setFastMathEnabled:YES];
+}
+#define REFLECT_ALL MTLPipelineOptionBindingInfo | \\
+                    MTLPipelineOptionBufferTypeInfo
+#if __MAC_OS_X_VERSION_MAX_ALLOWED >= 150000
+#define REFLECT MTLPipelineOptionBindingInfo
+#endif
 """
 
 
@@ -470,4 +536,35 @@ def test_lint_catches_unguarded_newer_names():
         (23, "MTLPipelineOptionBindingInfo", "declared only from the macOS 15.0 SDK"),  # too old an SDK
         (26, "MTLBindingType", "introduced in macOS 11.0"),         # a function without API_AVAILABLE
         (26, "MTLBindingTypeTextur", "not in tests/data/metal-api/availability*.txt"),  # misspelt
+        (28, "setMathMode:", "declared only from the macOS 15.0 SDK"),    # a newer SDK's property
+        (28, "MTLMathModeFast", "declared only from the macOS 15.0 SDK"),
+        (30, "setMathMode:", "introduced in macOS 15.0"),                 # SDK-guarded only
+        (33, "bindings", "introduced in macOS 13.0"),                     # a newer macOS's property
+        (35, "bfloat", "introduced in macOS 14.0"),                       # calls an API_AVAILABLE function
+        (37, "MTL4CommandQueue", "not in tests/data/metal-api/availability*.txt"),  # Metal 4's names count
+        (40, "MTLPipelineOptionBindingInfo", "declared only from the macOS 15.0 SDK"),  # in a macro's body
     }
+
+
+# Each: a guard taken out of the real backend (in memory), and the uses the lint must then flag.
+_UNGUARDED = [
+    ("metal_kernel.mm", "#if __MAC_OS_X_VERSION_MAX_ALLOWED >= 150000\nconstexpr", "#if 1\nconstexpr",
+     {"MTLPipelineOptionBindingInfo"}),
+    ("metal_kernel.mm", "} else if (@available(macOS 13.0, *)) {", "} else if (true) {",
+     {"from_bindings", "bindings"}),
+    ("metal_kernel.mm", " API_AVAILABLE(macos(13.0)) {", " {",
+     {"MTLBinding", "MTLBufferBinding", "MTLThreadgroupBinding", "MTLBindingTypeBuffer",
+      "MTLBindingTypeThreadgroupMemory", "MTLBindingTypeTexture", "MTLBindingTypeSampler"}),
+    ("metal_library.mm", "if (@available(macOS 14.0, *)) options.languageVersion", "options.languageVersion",
+     {"MTLLanguageVersion3_1"}),
+    ("metal_library.mm", "if (@available(macOS 15.0, *)) {", "if (true) {", {"setMathMode:"}),
+]
+
+
+@pytest.mark.parametrize("name, guarded, unguarded, flagged", _UNGUARDED, ids=lambda v: str(v)[:24])
+def test_lint_catches_a_guard_taken_out_of_the_backend(name: str, guarded: str, unguarded: str, flagged: set):
+    text = (METAL_SOURCES / name).read_text()
+    assert text.count(guarded) == 1, f"{name} no longer has {guarded!r}: update this test"
+    assert not [u for u in availability_uses(text) if u.problem]
+    bad = {u.name for u in availability_uses(text.replace(guarded, unguarded)) if u.problem}
+    assert bad == flagged

@@ -10,8 +10,8 @@ from .arrays import _allocate
 def stage(arr: np.ndarray, guarded: int = 0) -> np.ndarray:
     """An aligned C-contiguous copy of ``arr`` in the current backend's device memory
     (so the Metal backend binds it as it is, with no second copy). With ``guarded``
-    (the element alignment), the copy ends right below an inaccessible page and
-    starts above one: the CPU simulator's checked mode."""
+    (the element alignment), the copy ends right at 64 GiB of inaccessible address
+    space and starts above as much: the CPU simulator's checked mode."""
     if guarded:
         from . import _core
         buf = _core.allocate_guarded(arr.nbytes, guarded)

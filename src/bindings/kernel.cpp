@@ -327,6 +327,7 @@ py::object PyKernel::call(py::args args, py::kwargs kwargs) {
     throw DispatchError("kernel '" + sp.name + "': check= and shuffle= are CPU simulator options; on Metal use "
                         "METALKIT_VALIDATE=1 for Apple's shader validation");
   launch.shuffle_seed = shuffle;
+  launch.checked = check;
   // Checked mode: every array runs on a copy between inaccessible pages, so an
   // out-of-bounds index faults at once and the caller's arrays stay untouched.
   if (check)

@@ -72,9 +72,9 @@ PYBIND11_MODULE(_core, m) {
       });
 
   m.def("allocate_guarded", [](size_t nbytes, size_t align) { return PyBuffer{cpu_allocate_guarded(nbytes, align)}; },
-        py::arg("nbytes"), py::arg("align"), "Checked mode: memory between inaccessible pages.");
+        py::arg("nbytes"), py::arg("align"), "Checked mode: nbytes ending right at 64 GiB of inaccessible address space, above as much.");
   m.def("allocate", [](size_t nbytes) { return PyBuffer{cpu_allocate(nbytes)}; }, py::arg("nbytes"),
-        "Page-aligned device memory of nbytes bytes.");
+        "Page-aligned device memory of nbytes bytes (between 4 GiB guards on the CPU).");
 
   py::class_<PyKernel, std::shared_ptr<PyKernel>>(m, "Kernel", "A compute kernel; call it to run it and wait.")
       .def("__call__", &PyKernel::call)

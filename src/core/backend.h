@@ -49,6 +49,7 @@ struct Launch {
   std::vector<BoundArg> args;      // one per parameter (builtins unused)
   uint64_t tg_bytes = 0;           // dynamic threadgroup memory per group
   uint32_t shuffle_seed = 0;       // CPU simulator: run fibers in a shuffled order (0: in order)
+  bool checked = false;            // CPU simulator: check=True (guarded arrays and threadgroup slots)
 };
 
 class KernelImpl {

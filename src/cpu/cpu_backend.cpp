@@ -1,7 +1,6 @@
 #include "cpu_backend.h"
 
 #include <dlfcn.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -18,6 +17,7 @@
 #include "fault.h"
 #include "scheduler.h"
 #include "fiber.h"
+#include "guarded.h"
 #include "thread_pool.h"
 
 namespace mk {
@@ -25,6 +25,7 @@ namespace {
 
 constexpr size_t kPage = 16384;  // Apple silicon's page size; also fine for x86
 
+// Fallback device memory when no guarded reservation can be had (address space exhausted).
 class HostAllocation : public Allocation {
  public:
   explicit HostAllocation(size_t nbytes) {
@@ -33,29 +34,6 @@ class HostAllocation : public Allocation {
     size_ = nbytes;
   }
   ~HostAllocation() override { std::free(data_); }
-};
-
-// Checked mode: the bytes end right below an inaccessible page (and start above
-// one), so an index past either end faults instead of touching other memory.
-class GuardedAllocation : public Allocation {
- public:
-  GuardedAllocation(size_t nbytes, size_t align) {
-    const size_t page = size_t(sysconf(_SC_PAGESIZE));
-    pages_ = (std::max<size_t>(nbytes, 1) + page - 1) / page * page;
-    total_ = pages_ + 2 * page;
-    void* p = mmap(nullptr, total_, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) throw std::bad_alloc();
-    base_ = static_cast<char*>(p);
-    mprotect(base_ + page, pages_, PROT_READ | PROT_WRITE);
-    uintptr_t end = reinterpret_cast<uintptr_t>(base_ + page + pages_);
-    data_ = reinterpret_cast<void*>((end - nbytes) / align * align);
-    size_ = nbytes;
-  }
-  ~GuardedAllocation() override { munmap(base_, total_); }
-
- private:
-  char* base_;
-  size_t pages_, total_;
 };
 
 // The module stays loaded while any library or kernel from it is alive.
@@ -78,28 +56,66 @@ std::string group_at(const mk_dispatch& d, uint64_t g) {
   return "(" + std::to_string(g % gx) + ", " + std::to_string((g / gx) % gy) + ", " + std::to_string(g / (gx * gy)) + ")";
 }
 
-// Which argument's memory an address is just outside of, if any ("" if none).
-std::string near_argument(const KernelSpec& spec, const Launch& l, uintptr_t addr) {
-  constexpr uintptr_t kNear = 1 << 16;
-  for (size_t i = 0; i < l.args.size(); ++i) {
-    const ArgSpec& a = spec.args[i];
-    if (a.kind != ArgKind::Buffer || !l.args[i].data) continue;
-    uintptr_t lo = reinterpret_cast<uintptr_t>(l.args[i].data), hi = lo + l.args[i].nbytes;
-    const uint64_t n = l.args[i].nbytes / a.elem_size;
-    std::string what = "parameter '" + a.name + "' [[buffer(" + std::to_string(a.index) + ")]] of " +
-                       std::to_string(n) + " elements";
-    if (addr >= hi && addr < hi + kNear)
-      return "past the end of " + what + " (element " + std::to_string((addr - lo) / a.elem_size) + ")";
-    if (addr < lo && addr + kNear >= lo)
-      return "before the start of " + what + " (element -" + std::to_string((lo - addr + a.elem_size - 1) / a.elem_size) + ")";
-  }
-  return "";
+std::string element(int64_t bytes, uint64_t elem_size) {
+  return bytes >= 0 ? std::to_string(uint64_t(bytes) / elem_size)
+                    : "-" + std::to_string((uint64_t(-bytes) + elem_size - 1) / elem_size);
 }
 
-// Runs groups [first, last) with this thread's fault trap armed. Returns ""
-// or what went wrong, with where.
+std::string stray(const std::string& what, int64_t offset, uint64_t elem_size) {
+  return std::string(offset < 0 ? "before the start of " : "past the end of ") + what + " (element " +
+         element(offset, elem_size) + ")";
+}
+
+// Which argument an address strays from, or "". In the guard of a guarded
+// allocation (checked copies, metalkit arrays): the argument in it, however far;
+// in checked threadgroup memory: that slot; otherwise an argument within 64 KiB.
+std::string near_argument(const KernelSpec& spec, const Launch& l, uintptr_t addr) {
+  uintptr_t gdata = 0;
+  size_t gsize = 0;
+  const bool guarded = guarded_extent(addr, &gdata, &gsize);
+  auto nearest = [&](bool in_guard) {
+    constexpr uint64_t kNear = 1 << 16;
+    std::string best;
+    uint64_t best_dist = UINT64_MAX;
+    for (size_t i = 0; i < l.args.size(); ++i) {
+      const ArgSpec& a = spec.args[i];
+      if (a.kind != ArgKind::Buffer || !l.args[i].data) continue;
+      const uintptr_t lo = reinterpret_cast<uintptr_t>(l.args[i].data), hi = lo + l.args[i].nbytes;
+      if (addr >= lo && addr < hi) continue;
+      if (in_guard && (lo < gdata || lo > gdata + gsize)) continue;  // in another allocation
+      const uint64_t dist = addr < lo ? lo - addr : addr - hi;
+      if ((!in_guard && dist > kNear) || dist >= best_dist) continue;
+      best_dist = dist;
+      best = stray("parameter '" + a.name + "' [[buffer(" + std::to_string(a.index) + ")]] of " +
+                       std::to_string(l.args[i].nbytes / a.elem_size) + " elements",
+                   int64_t(addr - lo), a.elem_size);
+    }
+    return best;
+  };
+  std::string best = guarded ? nearest(true) : "";
+  int slot;
+  int64_t offset;
+  if (best.empty() && checked_threadgroup_slot(addr, &slot, &offset)) {
+    for (size_t i = 0; i < l.args.size(); ++i) {
+      const ArgSpec& a = spec.args[i];
+      if (a.kind != ArgKind::Threadgroup || slot-- != 0) continue;
+      return stray("threadgroup parameter '" + a.name + "' [[threadgroup(" + std::to_string(a.index) + ")]] of " +
+                       std::to_string(l.args[i].nbytes) + " bytes",
+                   offset, std::max<uint64_t>(a.elem_size, 1));
+    }
+  }
+  return best.empty() ? nearest(false) : best;
+}
+
+// Checked mode's threadgroup slots: sizes, alignments and offsets, in parameter order.
+struct CheckedSlots {
+  std::vector<size_t> sizes, aligns;
+  std::vector<uint64_t> offsets;
+};
+
 std::string run_trapped(mk_launch_fn launch, const mk_dispatch& d, uint64_t first, uint64_t last, uint32_t seed,
-                        const KernelSpec& spec, const Launch& l) {
+                        const KernelSpec& spec, const Launch& l, const CheckedSlots* checked) {
+  char* arena = checked ? checked_threadgroup_arena(checked->sizes, checked->offsets) : tg_arena();
   prepare_fault_handling();
   set_shuffle_seed(seed);
   FaultTrap trap;
@@ -112,7 +128,7 @@ std::string run_trapped(mk_launch_fn launch, const mk_dispatch& d, uint64_t firs
   std::string result;
   if (sigsetjmp(trap.env, 0) == 0) {
     trap.armed = true;
-    launch(&d, first, last, tg_arena());
+    launch(&d, first, last, arena);
     trap.armed = false;
   } else {
     bool overflow = false;
@@ -129,13 +145,14 @@ std::string run_trapped(mk_launch_fn launch, const mk_dispatch& d, uint64_t firs
     } else {
       char addr[32];
       std::snprintf(addr, sizeof addr, "0x%llx", (unsigned long long)trap.address);
-      // x86 reports an aligned vector load or store at a misaligned address as a
-      // general-protection fault: no address (SI_KERNEL), not a page fault.
+      // x86 reports an access at a non-canonical address (beyond the 47 or 56 bits
+      // of address space) as a general-protection fault, without the address.
+      // (Vector accesses need no alignment here: modules are built with -fmax-type-align.)
 #ifdef SI_KERNEL
       if (trap.signal == SIGSEGV && trap.code == SI_KERNEL) {
-        return "misaligned access in " + where +
-               ": a vector type (float4, half4, ...) read or written at an address that is not a multiple of its "
-               "size; cast through a packed_ type or index the vector type itself";
+        return "invalid memory access in " + where +
+               " at an address outside the address space (the processor does not report it): an index or offset "
+               "is far out of bounds";
       }
 #endif
       if (trap.code <= 0)
@@ -190,9 +207,19 @@ class CpuKernel : public KernelImpl {
       many.resize(l.args.size());
       args = many.data();
     }
+    // Checked mode: each threadgroup slot between guards (guarded.h), not packed in the arena.
+    CheckedSlots checked;
     for (size_t i = 0; i < l.args.size(); ++i)
-      args[i] = spec_.args[i].kind == ArgKind::Threadgroup ? reinterpret_cast<void*>(uintptr_t(l.args[i].tg_offset))
-                                                            : l.args[i].data;
+      if (l.checked && spec_.args[i].kind == ArgKind::Threadgroup) {
+        checked.sizes.push_back(l.args[i].nbytes);
+        checked.aligns.push_back(spec_.args[i].elem_align);
+      }
+    checked.offsets = checked_threadgroup_offsets(checked.sizes, checked.aligns);
+    const CheckedSlots* slots_checked = checked.sizes.empty() ? nullptr : &checked;
+    for (size_t i = 0, k = 0; i < l.args.size(); ++i)
+      args[i] = spec_.args[i].kind != ArgKind::Threadgroup ? l.args[i].data
+                : slots_checked ? reinterpret_cast<void*>(uintptr_t(checked.offsets[k++]))
+                                : reinterpret_cast<void*>(uintptr_t(l.args[i].tg_offset));
     mk_dispatch d;
     for (int i = 0; i < 3; ++i) {
       d.grid[i] = g.grid.v[i];
@@ -213,7 +240,7 @@ class CpuKernel : public KernelImpl {
       if (failed.load(std::memory_order_relaxed)) return;
       std::string why;
       try {
-        why = run_trapped(launch, d, first, last, seed, spec_, l);
+        why = run_trapped(launch, d, first, last, seed, spec_, l, slots_checked);
       } catch (const std::exception& e) {  // the pool's work must not throw: make it this call's fault
         bool overflow;
         abandon_group(0, &overflow);
@@ -273,10 +300,20 @@ std::shared_ptr<LibraryImpl> load_cpu_library(const std::string& path) {
   return std::make_shared<CpuLibrary>(std::move(mod));
 }
 
-std::shared_ptr<Allocation> cpu_allocate(size_t nbytes) { return std::make_shared<HostAllocation>(nbytes); }
+std::shared_ptr<Allocation> cpu_allocate(size_t nbytes) {
+  // Where address space is limited (ulimit -v), smaller guards; once it or the
+  // mappings run out, memory without guards.
+  for (size_t guard : {kHostGuard, size_t(16) << 20}) {
+    try {
+      return std::make_shared<GuardedAllocation>(nbytes, kPage, guard, false);
+    } catch (const std::bad_alloc&) {
+    }
+  }
+  return std::make_shared<HostAllocation>(nbytes);
+}
 
 std::shared_ptr<Allocation> cpu_allocate_guarded(size_t nbytes, size_t align) {
-  return std::make_shared<GuardedAllocation>(nbytes, std::max<size_t>(align, 1));
+  return std::make_shared<GuardedAllocation>(nbytes, std::max<size_t>(align, 1), check_guard(), true);
 }
 
 }  // namespace mk

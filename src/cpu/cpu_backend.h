@@ -11,11 +11,12 @@ namespace mk {
 // Loads a compiled module; throws std::runtime_error if it cannot.
 std::shared_ptr<LibraryImpl> load_cpu_library(const std::string& path);
 
-// Page-aligned host memory (the CPU backend's device memory).
+// Page-aligned host memory (the CPU backend's device memory), between 4 GiB
+// inaccessible guards where address space allows (guarded.h).
 std::shared_ptr<Allocation> cpu_allocate(size_t nbytes);
 
-// Memory for checked mode: nbytes (aligned to align) ending right below an
-// inaccessible page and starting above another, so out-of-bounds access faults.
+// Memory for checked mode: nbytes (aligned to align) ending right at 64 GiB of
+// inaccessible address space and starting above as much, so out-of-bounds access faults.
 std::shared_ptr<Allocation> cpu_allocate_guarded(size_t nbytes, size_t align);
 
 }  // namespace mk

@@ -121,6 +121,17 @@ std::string thread_list(const std::vector<unsigned>& ids) {
   return out;
 }
 
+// Threads `missing` of SIMD-group sg went on while the rest of it waits at a barrier (at file:line if given).
+std::string diverged(unsigned sg, unsigned missing, const char* file, int line) {
+  std::vector<unsigned> lanes;
+  for (unsigned l = 0; l < 32; ++l)
+    if (missing >> l & 1u) lanes.push_back(sg * 32 + l);
+  return "divergent barrier in " + group_name() + ": threads " + thread_list(lanes) + " of SIMD-group " +
+         std::to_string(sg) +
+         " did not reach this threadgroup_barrier with the rest of their SIMD-group (they took another branch); "
+         "every thread of a threadgroup must reach it" + (file ? " at " + where(file, line) : "");
+}
+
 // Blocks the running fiber until the scheduler makes it ready again.
 void block(State s, const char* file, int line, int column) {
   Group& g = group();
@@ -134,16 +145,38 @@ void block(State s, const char* file, int line, int column) {
 }
 
 // Completes one SIMD rendezvous in SIMD-group sg if all its live threads wait; returns whether it did.
+// Of several sites, the earliest in the source goes first ("min-PC"): lanes that are behind
+// (a loop's next iteration, the other side of a branch) catch up before any lane goes on.
 bool resolve_simd(Group& g, unsigned sg) {
   unsigned first = sg * 32, last = std::min(g.n, first + 32);
   int site = -1;
   for (unsigned i = first; i < last; ++i) {
-    State s = g.fibers[i].state;
-    if (s == State::Ready) return false;  // still running towards something
-    if (s == State::AtSimd && site < 0) site = int(i);
+    const Fiber& f = g.fibers[i];
+    if (f.state == State::Ready) return false;  // still running towards something
+    if (f.state == State::AtSimd &&
+        (site < 0 || f.line < g.fibers[site].line ||
+         (f.line == g.fibers[site].line && f.column < g.fibers[site].column)))
+      site = int(i);
   }
   if (site < 0) return false;
   const Fiber& lead = g.fibers[site];
+  // Lanes that meet past a threadgroup_barrier where the rest of their SIMD-group waits skipped it.
+  unsigned waiting = 0;
+  const Fiber* barrier = nullptr;
+  for (unsigned i = first; i < last; ++i) {
+    const Fiber& f = g.fibers[i];
+    if (f.state == State::AtBarrier && f.file && lead.file && std::strcmp(f.file, lead.file) == 0 &&
+        (f.line < lead.line || (f.line == lead.line && f.column < lead.column))) {
+      waiting |= 1u << (i - first);
+      barrier = &f;
+    }
+  }
+  if (barrier) {
+    unsigned live = 0;
+    for (unsigned i = first; i < last; ++i)
+      if (g.fibers[i].state != State::Done) live |= 1u << (i - first);
+    raise_fault(diverged(sg, live & ~waiting, barrier->file, barrier->line));
+  }
   unsigned active = 0, size = g.slots[site].size;
   unsigned char* buf = g.exchange[sg].data();
   for (unsigned i = first; i < last; ++i) {
@@ -261,8 +294,15 @@ void run_fibers(mk_thread_fn fn, void* ctx, const unsigned* position, const unsi
     }
     if (g.live == 0) break;
     bool progressed = false;
-    if (g.at_simd)
-      for (unsigned sg = 0; sg < nsg; ++sg) progressed |= resolve_simd(g, sg);
+    // One SIMD-group goes on at a time (the first in this round's order that can), so between
+    // threadgroup barriers SIMD-groups run one after another as under SIMT, not statement by
+    // statement together, which would hide a missing barrier.
+    uint64_t tried = 0;
+    for (unsigned j = 0; g.at_simd && j < n && !progressed; ++j) {
+      const unsigned sg = g.order[j] / 32;
+      if (!(tried >> sg & 1u)) progressed = resolve_simd(g, sg);
+      tried |= uint64_t(1) << sg;
+    }
     if (!progressed) resolve_barrier(g);
     if (std::none_of(g.fibers.begin(), g.fibers.begin() + n, [](const Fiber& f) { return f.state == State::Ready; }))
       raise_fault("the threads of " + group_name() + " wait on one another and none can go on (a SIMD-group "
@@ -328,14 +368,7 @@ void rt_fault(const char* message, const char* file, int line) {
 }
 
 void rt_simt_diverged(unsigned sg, unsigned missing, const char* file, int line) {
-  std::vector<unsigned> lanes;
-  for (unsigned l = 0; l < 32; ++l)
-    if (missing >> l & 1u) lanes.push_back(sg * 32 + l);
-  const std::string msg = "divergent barrier in " + group_name() + ": threads " + thread_list(lanes) +
-                          " of SIMD-group " + std::to_string(sg) +
-                          " did not reach this threadgroup_barrier with the rest of their SIMD-group (they took "
-                          "another branch); every thread of a threadgroup must reach it";
-  rt_fault(msg.c_str(), file, line);
+  rt_fault(diverged(sg, missing, nullptr, 0).c_str(), file, line);
 }
 
 const mk_runtime runtime = {MK_ABI_VERSION, run_group,      rt_barrier,     rt_simd_barrier,

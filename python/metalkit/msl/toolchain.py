@@ -66,8 +66,14 @@ class Toolchain:
             cmd = [self.path, "-march=native"]
         # Stack-clash probes touch every page a large frame spans, so a thread
         # that outgrows its fiber stack hits the guard page instead of leaping past it.
+        # -fmax-type-align=8: a pointer to a float4 (or any type aligned past 8 bytes) is
+        # assumed 8-byte aligned only, so it is read and written with unaligned vector moves:
+        # a GPU reads a vector at its element's alignment, and real kernels do (a float4
+        # through a float pointer + 1). Aligned data moves as fast that way; 8-byte atomics keep
+        # their natural alignment.
         cmd += LANGUAGE_FLAGS + DIAGNOSTIC_FLAGS + ["-O2", "-fPIC", "-shared", "-fvisibility=hidden", "-w",
-                                                    "-I", INCLUDE_DIR, "-fno-math-errno", "-fstack-clash-protection"]
+                                                    "-I", INCLUDE_DIR, "-fno-math-errno", "-fstack-clash-protection",
+                                                    "-fmax-type-align=8"]
         if fast_math:
             cmd.append("-ffast-math")
         return cmd + [source, "-o", output]

@@ -20,4 +20,14 @@ constexpr mem_flags operator&(mem_flags a, mem_flags b) { return mem_flags(unsig
 inline void threadgroup_barrier(mem_flags, __mk::site s = __mk::site::here()) { __mk::rt->barrier(s.file, s.line, s.column); }
 inline void simdgroup_barrier(mem_flags, __mk::site s = __mk::site::here()) { __mk::rt->simd_barrier(s.file, s.line, s.column); }
 
+namespace __mk {
+// Kernels run as per-thread fibers (msl/simt/steps.py): the lanes of a SIMD-group meet between
+// evaluating a right-hand side (copied, by value) and storing it, so every lane reads before any
+// lane stores.
+template <class T> inline __attribute__((always_inline)) T meet(T v, const char* file, int line, int column) {
+  rt->simd_barrier(file, line, column);
+  return v;
+}
+}  // namespace __mk
+
 }  // namespace metal

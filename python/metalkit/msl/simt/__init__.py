@@ -14,7 +14,8 @@ emit.py writes it; include/metalkit/simt.h is what the code runs on):
   and ``Tag::call``, the helper's body as SIMT code taking per-lane arguments;
 - a kernel the transform cannot handle (see syntax.Unsupported), or one that
   calls SIMD-group functions through a function passed as a template argument,
-  runs a fiber per thread, and ``Kernel.execution`` says why.
+  runs a fiber per thread, and ``Kernel.execution`` says why; its lanes still
+  advance statement by statement together (steps.py).
 """
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from ..model import FnDef, Kernel, Unit
 from ..passes.callgraph import Reach
 from ..passes.params import BUILTINS
 from ..source import match
-from . import functions, names as names_mod
+from . import functions, names as names_mod, steps
 from .analysis import Function, Var
 from .emit import LANES, Emitter
 from .syntax import Parser, Unsupported
@@ -122,6 +123,9 @@ def transform(unit: Unit, reach: Reach, text: str) -> None:
         if reason is None:
             for plan in plans:
                 plan.apply()
+        else:
+            for f in fns:
+                steps.insert(unit, f)
     for plan in helpers.values():
         plan.apply()
 
@@ -134,9 +138,11 @@ def _body(unit: Unit, f: FnDef, names):
 
 
 def _ref_params(unit: Unit, by_name: dict) -> dict[str, set[int]]:
-    """User function name -> positions where some overload takes a non-const reference (it may write the argument)."""
+    """User function name -> positions where some overload takes a non-const reference (it may write the argument);
+    every user function has an entry (a callee without one may write any argument it can)."""
     out: dict[str, set[int]] = {}
     for name, fs in by_name.items():
+        out.setdefault(name, set())
         for f in fs:
             lparen = f.name_at + 1
             if unit.toks[lparen].text != "(":

@@ -127,6 +127,7 @@ class Function:
         self.members = members            # implicit member names (in a method): name -> static
         self.has_this = has_this
         self.ref_params = ref_params      # user function -> positions of its non-const reference parameters
+                                          # (every user function has one)
         self.vars: list[Var] = list(params)
         self.name_var: dict[int, Var] = {}  # token of a name -> the local it names
         self.member_toks: set[int] = set()  # tokens of implicit member names (in a method)
@@ -410,7 +411,11 @@ class Function:
             return
         sync = self.is_sync_call(c)
         pure = not sync and name in PURE
-        refs = self.ref_params.get(name, set())
+        refs = self.ref_params.get(name)
+        if refs is None:
+            # Not a user function (a function pointer, a template parameter, a library call): it may
+            # take any argument by reference and write it, unless it is known not to.
+            refs = set() if pure or sync else set(range(len(c.args)))
         if name in OUT_PARAMS:
             refs = set(range(1, len(c.args)))
         elif name in MATRIX_OUT:

@@ -156,6 +156,9 @@ def _template_params(unit: Unit, a: int, b: int) -> list[TParam]:
         if "template" in words:
             raise Unsupported(s, "a template template parameter on a function that uses SIMD-group functions")
         ids = [j for j in range(s, eq) if toks[j].kind == "id" and toks[j].text not in ("typename", "class")]
+        star = next((j for j in range(s, eq - 2) if toks[j].text == "(" and toks[j + 1].text == "*"), None)
+        if star is not None and toks[star + 2].kind == "id":
+            ids = [star + 2]  # a function pointer, R (*name)(params): its name is not the last word
         if not ids:
             raise Unsupported(s, "an unnamed template parameter on a function that uses SIMD-group functions")
         nm = toks[ids[-1]].text

@@ -698,7 +698,9 @@ class Parser:
         """End (exclusive) of a type-id starting at i, or None."""
         j = i
         seen = False
+        typename = False
         while self.t(j) in DECL_SPECIFIERS:
+            typename |= self.t(j) == "typename"
             j += 1
         if self.t(j) in ("decltype", "__underlying_type"):
             j = self.close(j + 1, "(", ")") + 1
@@ -714,6 +716,7 @@ class Parser:
                 if not (seen or self.is_type_name(self.t(j)) or self.t(j + 1) == "::" or self.t(j - 1) == "::"):
                     return None
                 seen = seen or self.is_type_name(self.t(j))
+                last = j
                 j += 1
                 if self.t(j) == "<":
                     j = self.close_angle(j) + 1
@@ -722,6 +725,9 @@ class Parser:
                     if self.t(j) == "template":
                         j += 1
                     continue
+                # `Ops<float>::call` names a member of a type, not a type (unless `typename` says so).
+                if not (typename or self.is_type_name(self.t(last))):
+                    return None
                 break
         if not seen:
             return None

@@ -1,0 +1,168 @@
+#include "guarded.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <map>
+#include <mutex>
+#include <new>
+
+namespace mk {
+namespace {
+
+size_t page_size() {
+  static const size_t page = size_t(sysconf(_SC_PAGESIZE));
+  return page;
+}
+size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
+
+// PROT_NONE and uncommitted: address space only.
+char* reserve(size_t bytes) {
+  void* p = mmap(nullptr, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) throw std::bad_alloc();
+  return static_cast<char*>(p);
+}
+
+// Live guarded allocations by reservation start: what a fault address is attributed to.
+struct Extent {
+  uintptr_t end, data;
+  size_t size;
+};
+std::mutex registry_lock;
+std::map<uintptr_t, Extent>& registry() {
+  static auto* m = new std::map<uintptr_t, Extent>;  // never destroyed: allocations may outlive statics
+  return *m;
+}
+
+// Threadgroup slot k's cell in a checked arena: check_guard() inaccessible bytes,
+// then a region that holds the largest slot; slot k ends where cell k ends.
+size_t tg_region() { return round_up(kMaxThreadgroupMemory, page_size()); }
+size_t tg_cell() { return check_guard() + tg_region(); }
+
+struct CheckedArena {
+  char* base = nullptr;
+  size_t cells = 0;                 // reserved: cells * tg_cell() + check_guard() bytes
+  std::vector<size_t> rw_from;      // per cell: where its accessible pages start (offset in the cell)
+  std::vector<uint64_t> offsets;    // the layout last used, for fault attribution
+  std::vector<size_t> sizes;
+  ~CheckedArena() {
+    if (base) munmap(base, cells * tg_cell() + check_guard());
+  }
+};
+CheckedArena& this_thread_arena() {
+  static thread_local CheckedArena a;
+  return a;
+}
+
+}  // namespace
+
+size_t check_guard() {
+  static const size_t guard = [] {
+    size_t g = size_t(64) << 30;
+    for (; g > (size_t(1) << 20); g /= 16) {
+      void* p = mmap(nullptr, 4 * g, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+      if (p != MAP_FAILED) {
+        munmap(p, 4 * g);
+        break;
+      }
+    }
+    return g;
+  }();
+  return guard;
+}
+
+GuardedAllocation::GuardedAllocation(size_t nbytes, size_t align, size_t guard, bool at_end) {
+  const size_t page = page_size();
+  const size_t pages = round_up(std::max<size_t>(nbytes, 1), page);
+  const size_t slack = at_end ? 0 : round_up(align, page) - page;  // to start at a multiple of align
+  total_ = pages + slack + 2 * guard;
+  base_ = reserve(total_);
+  uintptr_t lo = reinterpret_cast<uintptr_t>(base_) + guard;
+  if (!at_end) lo = round_up(lo, align);
+  if (mprotect(reinterpret_cast<void*>(lo), pages, PROT_READ | PROT_WRITE) != 0) {
+    munmap(base_, total_);
+    throw std::bad_alloc();
+  }
+  data_ = reinterpret_cast<void*>(at_end ? (lo + pages - nbytes) / align * align : lo);
+  size_ = nbytes;
+  std::lock_guard<std::mutex> lk(registry_lock);
+  registry()[reinterpret_cast<uintptr_t>(base_)] = {reinterpret_cast<uintptr_t>(base_) + total_,
+                                                    reinterpret_cast<uintptr_t>(data_), nbytes};
+}
+
+GuardedAllocation::~GuardedAllocation() {
+  {
+    std::lock_guard<std::mutex> lk(registry_lock);
+    registry().erase(reinterpret_cast<uintptr_t>(base_));
+  }
+  munmap(base_, total_);
+}
+
+bool guarded_extent(uintptr_t addr, uintptr_t* data, size_t* size) {
+  std::lock_guard<std::mutex> lk(registry_lock);
+  auto& r = registry();
+  auto it = r.upper_bound(addr);
+  if (it == r.begin()) return false;
+  --it;
+  if (addr >= it->second.end) return false;
+  *data = it->second.data;
+  *size = it->second.size;
+  return true;
+}
+
+std::vector<uint64_t> checked_threadgroup_offsets(const std::vector<size_t>& sizes, const std::vector<size_t>& aligns) {
+  std::vector<uint64_t> out;
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    const uint64_t end = uint64_t(k + 1) * tg_cell();
+    out.push_back((end - sizes[k]) / std::max<size_t>(aligns[k], 1) * std::max<size_t>(aligns[k], 1));
+  }
+  return out;
+}
+
+char* checked_threadgroup_arena(const std::vector<size_t>& sizes, const std::vector<uint64_t>& offsets) {
+  CheckedArena& a = this_thread_arena();
+  const size_t page = page_size(), cell = tg_cell();
+  if (a.cells < sizes.size()) {
+    if (a.base) munmap(a.base, a.cells * cell + check_guard());
+    a.base = nullptr;
+    a.cells = 0;
+    a.rw_from.clear();
+    a.base = reserve(sizes.size() * cell + check_guard());
+    a.cells = sizes.size();
+    a.rw_from.assign(a.cells, cell);  // nothing accessible yet
+  }
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    // The pages from the one holding the slot's first byte to the cell's end.
+    const size_t from = std::max(check_guard(), size_t(offsets[k] - k * cell) / page * page);
+    if (from == a.rw_from[k]) continue;
+    char* c = a.base + k * cell;
+    if (mprotect(c + check_guard(), cell - check_guard(), PROT_NONE) != 0 ||
+        (from < cell && mprotect(c + from, cell - from, PROT_READ | PROT_WRITE) != 0))
+      throw std::bad_alloc();
+    a.rw_from[k] = from;
+  }
+  a.offsets = offsets;
+  a.sizes = sizes;
+  return a.base;
+}
+
+bool checked_threadgroup_slot(uintptr_t addr, int* slot, int64_t* offset) {
+  CheckedArena& a = this_thread_arena();
+  const uintptr_t base = reinterpret_cast<uintptr_t>(a.base);
+  if (!a.base || addr < base || addr >= base + a.cells * tg_cell() + check_guard() || a.offsets.empty()) return false;
+  // The nearest slot: the one whose bytes are closest to addr.
+  uint64_t best = UINT64_MAX;
+  for (size_t k = 0; k < a.offsets.size(); ++k) {
+    const int64_t off = int64_t(addr - base) - int64_t(a.offsets[k]);
+    const uint64_t dist = off < 0 ? uint64_t(-off) : off >= int64_t(a.sizes[k]) ? uint64_t(off) - a.sizes[k] : 0;
+    if (dist < best) {
+      best = dist;
+      *slot = int(k);
+      *offset = off;
+    }
+  }
+  return true;
+}
+
+}  // namespace mk
