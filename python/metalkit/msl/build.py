@@ -237,9 +237,9 @@ def _build_group(tc, opts: Options, group: list[str], cancel: threading.Event) -
     entry = cache.lookup(opts.key(tc, group))
     if entry is None:  # removed since by another process: its kernels build on first use
         return {}
-    for name in group:
-        k = opts.key(tc, [name])
-        _in_cache(lambda: cache.link(k, entry))
+    keys = [opts.key(tc, [name]) for name in group]
+    _in_cache(lambda: cache.link(keys, entry))
+    for k in keys:
         _memory.put(k, (str(entry.module), {p: _stat(p) for p in entry.deps}))
     return {}
 

@@ -254,11 +254,12 @@ def _previous_module(manifest: Path) -> Path | None:
     return manifest.parent / entry["module"] if _well_formed(entry) else None
 
 
-def link(k: str, entry: Entry) -> None:
-    """Record the module of ``entry`` (already in the cache, built under another key) as key ``k``'s."""
-    manifest = cache_dir() / f"{k}.json"
-    deps = {p: file_digest(p) for p in entry.deps}
-    _write_json(manifest, {"module": entry.module.name, "sha256": file_digest(entry.module), "deps": deps})
+def link(keys: list[str], entry: Entry) -> None:
+    """Record the module of ``entry`` (already in the cache, built under another key) as each key's."""
+    record = {"module": entry.module.name, "sha256": file_digest(entry.module),
+              "deps": {p: file_digest(p) for p in entry.deps}}
+    for k in keys:
+        _write_json(cache_dir() / f"{k}.json", record)
 
 
 class Index(NamedTuple):
