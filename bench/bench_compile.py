@@ -2,7 +2,7 @@
 
     python bench/bench_compile.py [FILE.metal] [-I DIR]... [--kernel NAME] [--jobs N] [--no-build]
 
-Without FILE, a synthetic file of 640 kernels (templates instantiated by host_name, plain
+Without FILE, a synthetic file of 256 kernels (templates instantiated by host_name, plain
 kernels, threadgroup reductions) is generated. Each figure comes from a child process with its
 own empty kernel cache (zig's runtime cache is shared, so it is not rebuilt):
 
@@ -63,7 +63,7 @@ TYPES = {"f32": "float", "f16": "half", "i32": "int", "u32": "uint"}
 
 
 def synthetic() -> str:
-    """640 kernels: 4 templates x 4 types x 8 sizes as host_name instantiations, 128 plain kernels."""
+    """256 kernels: 4 templates x 4 types x 8 sizes as host_name instantiations, 128 plain kernels."""
     lines = ["#include <metal_stdlib>", "using namespace metal;"]
     lines.append("""
 template <typename T, int N>
