@@ -1,4 +1,4 @@
-"""``python -m metalkit info | check FILE.metal | bench``."""
+"""``python -m metalkit info | check FILE.metal | build FILE.metal | bench``."""
 from __future__ import annotations
 
 import argparse
@@ -33,6 +33,22 @@ def _check(path: str) -> int:
     return 0
 
 
+def _build(path: str, include_dirs: list[str], defines: list[str], jobs: int | None) -> int:
+    import os
+    import time
+    import metalkit as mk
+    macros = dict(d.split("=", 1) if "=" in d else (d, 1) for d in defines)
+    start = time.monotonic()
+    try:
+        lib = mk.load(path, include_dirs=include_dirs, defines=macros).build(jobs=jobs)
+    except mk.CompileError as e:
+        print(e.log if e.log else str(e), file=sys.stderr)
+        return 1
+    print(f"{path}: {len(lib.kernels)} kernels ready in {time.monotonic() - start:.1f} s "
+          f"({jobs or os.cpu_count()} compilers at a time)")
+    return 0
+
+
 def _bench() -> int:
     from ._bench import report
     report()
@@ -45,6 +61,14 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("info", help="device, backend, compiler and cache location")
     c = sub.add_parser("check", help="compile a .metal file; print each kernel's signature or the errors")
     c.add_argument("file")
+    b = sub.add_parser("build", help="compile every kernel of a .metal file into the kernel cache now, in parallel "
+                                     "(otherwise a large file's kernels are compiled on first use)")
+    b.add_argument("file")
+    b.add_argument("-I", dest="include_dirs", action="append", default=[], metavar="DIR",
+                   help="also search DIR for #include \"...\"")
+    b.add_argument("-D", dest="defines", action="append", default=[], metavar="NAME[=VALUE]",
+                   help="define a preprocessor macro")
+    b.add_argument("-j", "--jobs", type=int, default=None, help="compilers at a time (default: one per core)")
     sub.add_parser("bench", help="dispatch overhead and bandwidth on this device")
     args = p.parse_args(argv)
     from .errors import MetalkitError
@@ -53,6 +77,8 @@ def main(argv: list[str] | None = None) -> int:
             return _info()
         if args.cmd == "check":
             return _check(args.file)
+        if args.cmd == "build":
+            return _build(args.file, args.include_dirs, args.defines, args.jobs)
         return _bench()
     except MetalkitError as e:  # a bad compiler or cache, an unknown device: one line, not a traceback
         print(f"python -m metalkit {args.cmd}: {e}", file=sys.stderr)

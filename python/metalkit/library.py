@@ -1,6 +1,7 @@
 """Compiling MSL into a Library of Kernels."""
 from __future__ import annotations
 
+import collections
 import os
 import threading
 from pathlib import Path
@@ -11,8 +12,34 @@ from .errors import ArgumentError, CompileError, KernelNotFound
 
 Constants = Mapping[Union[str, int], Union[bool, int, float]]
 
+# The in-memory library cache: the LIBRARY_CACHE most recently compiled or loaded
+# libraries. One dropped from it is freed (its modules unloaded) once nothing else
+# refers to it or its kernels.
+LIBRARY_CACHE = 64
 _lock = threading.Lock()
-_libraries: dict[tuple, "Library"] = {}
+_libraries: "collections.OrderedDict[tuple, Library]" = collections.OrderedDict()
+
+
+def _trim() -> None:
+    while len(_libraries) > LIBRARY_CACHE:
+        _libraries.popitem(last=False)
+
+
+def _cached(key: tuple, make: Callable[[], "Library"] | None = None) -> "Library | None":
+    """The cached library for ``key``, else (if ``make``) a new one made and cached."""
+    with _lock:
+        lib = _libraries.get(key)
+        if lib is None and make is not None:
+            lib = _libraries[key] = make()
+        if lib is not None:
+            _libraries.move_to_end(key)
+            _trim()
+        return lib
+
+
+def _load(path: str) -> Any:
+    from . import _core
+    return _core.load_cpu_library(path)
 
 
 class Library:
@@ -78,11 +105,82 @@ class Library:
     def __contains__(self, name: str) -> bool:
         return name in self._core.kernel_names
 
+    def build(self, *, jobs: int | None = None, progress: bool | None = None) -> "Library":
+        """Compile every kernel now, ``jobs`` compilers at a time (default: one per core), with a
+        progress bar on stderr if it is a terminal (``progress`` forces it on or off). A large
+        file on the CPU backend is otherwise compiled a kernel at a time, on first use; a small
+        one, and any file on Metal, is compiled whole by ``compile``/``load``, so this does nothing.
+
+        >>> import metalkit, pathlib
+        >>> lib = metalkit.load(pathlib.Path(metalkit.__file__).parent / "kernels" / "add_arrays.metal")
+        >>> lib.build().kernels
+        ['add_arrays']
+        """
+        if isinstance(self._core, _LazyCore):
+            self._core.build(jobs, progress)
+        return self
+
     def __dir__(self) -> Iterable[str]:
         return list(super().__dir__()) + self.kernels
 
     def __repr__(self) -> str:
         return f"<metalkit.Library {self.filename} ({self.backend}): {', '.join(self.kernels)}>"
+
+
+class _LazyCore:
+    """The kernels of a large file, each compiled when first asked for (``_core.Library``'s interface)."""
+
+    def __init__(self, filename: str, names: list[str], options: tuple):
+        self.filename = filename
+        self.kernel_names = list(names)
+        self._known = set(names)
+        self._options = options  # msl.build's arguments before kernels=
+        self._lock = threading.Lock()
+        self._kernels: dict[str, Any] = {}  # name -> _core.Kernel
+        self._modules: dict[str, Any] = {}  # module path -> _core.Library (a group's module holds several kernels)
+
+    def kernel(self, name: str) -> Any:
+        with self._lock:
+            k = self._kernels.get(name)
+        if k is not None or name not in self._known:
+            return k
+        from . import msl
+        try:
+            core = self._module(msl.build(*self._options, [name]), name)
+        except CompileError as e:  # its own instantiation, or a body only the compiler reads
+            raise CompileError(f"kernel {name!r}: {e.msg}", filename=e.filename, lineno=e.lineno, offset=e.offset,
+                               text=e.text, log=e.log) from None
+        k = core.kernel(name)
+        if k is None:
+            raise CompileError(f"kernel {name!r}: its cached module does not hold it; remove the kernel cache "
+                               f"({msl.cache.cache_dir()}) and run again", filename=self.filename)
+        with self._lock:
+            return self._kernels.setdefault(name, k)
+
+    def _module(self, path: str, name: str) -> Any:
+        from . import msl
+        with self._lock:
+            core = self._modules.get(path)
+        if core is None:
+            try:
+                core = _load(path)
+            except RuntimeError:  # verified, yet it does not load here: build afresh
+                path = msl.build(*self._options, [name], rebuild=True)
+                core = _load_fresh(path, self.filename)
+            with self._lock:
+                core = self._modules.setdefault(path, core)
+        return core
+
+    def build(self, jobs: int | None, progress: bool | None) -> None:
+        import time
+        from . import msl
+        from ._progress import Progress
+        bar = Progress(len(self.kernel_names), Path(self.filename).name, enabled=progress)
+        start = time.monotonic()
+        try:
+            msl.build_all(*self._options, jobs=jobs, progress=bar.advance)
+        finally:
+            bar.close(time.monotonic() - start)
 
 
 def compile(source: str, *, filename: str = "<source>", include_dirs: Iterable[str] = (),
@@ -97,7 +195,10 @@ def compile(source: str, *, filename: str = "<source>", include_dirs: Iterable[s
     ``kernels`` names the only kernels to build on the CPU backend (a large
     file then builds in a fraction of the time; Metal compiles the whole
     source). Compiled code is cached in memory and on disk, keyed by the
-    source and options.
+    source and options. On the CPU backend a file of more than 8 kernels is
+    compiled a kernel at a time, on first use (``lib.build()`` compiles all
+    of it now); errors the pre-pass sees are raised here, a kernel's own on
+    its first use.
 
     >>> import numpy as np, metalkit
     >>> lib = metalkit.compile('''
@@ -128,18 +229,23 @@ def compile(source: str, *, filename: str = "<source>", include_dirs: Iterable[s
         return compile(source, filename=filename, include_dirs=include_dirs, constants=c, fast_math=fast_math,
                        defines=defines, kernels=names)
     if backend == "cpu":
-        from . import _core, msl
-        path = msl.build(source, filename, include_dirs, consts, fast_math, defines, only)
-        with _lock:
-            lib = _libraries.get(key + (path,))
+        from . import msl
+        options = (source, filename, include_dirs, consts, fast_math, defines)
+        if only is None:
+            path, names, tag = msl.plan(*options)
+        else:
+            path, names, tag = msl.build(*options, only), [], ""
+        if path is None:  # a large file: each kernel is compiled when it is first used
+            return _cached(key + ("lazy", tag), lambda: Library(
+                _LazyCore(filename, names, options), filename, backend, consts, rebuild))
+        lib = _cached(key + (path,))
         if lib is None:
             try:
-                core = _core.load_cpu_library(path)
+                core = _load(path)
             except RuntimeError:  # verified, yet it does not load here (another system's libc...): build afresh
-                path = msl.build(source, filename, include_dirs, consts, fast_math, defines, only, rebuild=True)
+                path = msl.build(*options, only, rebuild=True)
                 core = _load_fresh(path, filename)
-            with _lock:
-                lib = _libraries.setdefault(key + (path,), Library(core, filename, backend, consts, rebuild))
+            lib = _cached(key + (path,), lambda: Library(core, filename, backend, consts, rebuild))
         return lib
     from . import _metal
     from .msl.defines import define_lines
@@ -151,6 +257,8 @@ def compile(source: str, *, filename: str = "<source>", include_dirs: Iterable[s
         if lib is None:
             lib = _libraries[key] = Library(
                 _metal.compile_source(text, source, filename, consts, fast_math), filename, backend, consts, rebuild)
+        _libraries.move_to_end(key)
+        _trim()
     missing = sorted(set(only or ()) - set(lib.kernels))
     if missing:  # Metal compiles every kernel; the names are still checked, as on the CPU
         raise CompileError(f"kernels=: no kernel named {missing[0]!r} in {filename}; check the name "
@@ -219,4 +327,6 @@ def _load_metallib(p: Path, constants: dict) -> Library:
         if lib is None:
             lib = _libraries[key] = Library(_metal.load_metallib(str(p), constants), str(p), backend, constants,
                                             lambda c, names=None: _load_metallib(p, c))
+        _libraries.move_to_end(key)
+        _trim()
     return lib

@@ -1,4 +1,4 @@
 """The CPU backend's front end: MSL source -> a self-describing native module."""
-from .build import build
+from .build import build, build_all, plan
 
-__all__ = ["build"]
+__all__ = ["build", "build_all", "plan"]

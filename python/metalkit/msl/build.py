@@ -4,23 +4,85 @@ Pipeline: ``clang -E`` (so macros that generate kernels are expanded), the
 token pre-pass (MSL -> C++, kernels found), launchers appended, ``clang -O2
 -shared``. The module carries its own kernel table, so a disk hit needs nothing
 but the file.
+
+A file of more than ``EAGER_KERNELS`` kernels is compiled on first use: ``plan``
+runs only the front end (``clang -E`` and the pre-pass) and lists the kernels;
+each is then built alone (``build(kernels=[name])``), or all of them at once in
+groups over the cores (``build_all``). Either way kernel ``name``'s entry is the
+one keyed by ``kernels=[name]``: a group's module is recorded under each of its
+kernels' keys too.
 """
 from __future__ import annotations
 
+import collections
+import math
 import os
 import threading
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass
+from typing import Callable
 
 from ..errors import CacheError, CompileError
-from . import cache, codegen, toolchain
+from . import cache, toolchain
 from .defines import define_lines
-from .diagnostics import compile_error, source_line
-from .prepass import MslError, prepass
 
-_lock = threading.Lock()
-_key_locks: dict[str, threading.Lock] = {}
-_memory: dict[str, tuple[str, dict[str, tuple[int, int]]]] = {}
+# The front end, code generator and diagnostics are imported when first needed: a
+# process that finds its kernels in the cache never loads them.
+
+EAGER_KERNELS = 8  # a file with at most this many kernels is compiled whole, at once
+MEMORY_ENTRIES = 1024  # entries kept by each in-memory cache below (least recently used dropped)
 
 _NOT_USER = ("<built-in>", "<command line>", "<scratch space>")
+
+
+class _Lru:
+    """A thread-safe mapping that keeps its ``size`` most recently used entries."""
+
+    def __init__(self, size: int):
+        self.size, self._d, self._lock = size, collections.OrderedDict(), threading.Lock()
+
+    def get(self, k):
+        with self._lock:
+            v = self._d.get(k)
+            if v is not None:
+                self._d.move_to_end(k)
+            return v
+
+    def put(self, k, v) -> None:
+        with self._lock:
+            self._d[k] = v
+            self._d.move_to_end(k)
+            while len(self._d) > self.size:
+                self._d.popitem(last=False)
+
+
+# key -> (module path, {user file: (mtime, size)}); lib key -> (names, tag, stats); lib key -> preprocessed text
+_memory = _Lru(MEMORY_ENTRIES)
+_names = _Lru(MEMORY_ENTRIES)
+_preprocessed = _Lru(4)  # the front end's clang -E output, for the build that follows it
+_locks_lock = threading.Lock()
+_key_locks: dict[str, list] = {}  # key -> [lock, users]: only while someone builds it
+
+
+@dataclass(frozen=True)
+class Options:
+    """One source and the options it is compiled with."""
+    source: str
+    filename: str
+    include_dirs: tuple[str, ...]
+    constants: tuple  # items of the constants dict
+    fast_math: bool
+    prologue: str  # defines= as #define lines
+
+    @staticmethod
+    def of(source: str, filename: str = "<source>", include_dirs=(), constants=None, fast_math: bool = False,
+           defines=None) -> "Options":
+        return Options(source, filename, tuple(os.path.abspath(d) for d in include_dirs),
+                       tuple(dict(constants or {}).items()), fast_math, define_lines(defines))
+
+    def key(self, tc: toolchain.Toolchain, kernels) -> str:
+        return cache.key(self.prologue + self.source, self.filename, list(self.include_dirs), dict(self.constants),
+                         self.fast_math, tc.identity, None if kernels is None else sorted(set(kernels)))
 
 
 def _stat(path: str) -> tuple[int, int] | None:
@@ -31,6 +93,31 @@ def _stat(path: str) -> tuple[int, int] | None:
         return None
 
 
+def _fresh(stats: dict) -> bool:
+    return all(_stat(p) == st for p, st in stats.items())
+
+
+class _KeyLock:
+    """Serialises the threads of this process that build one key (other processes race safely: see cache.py)."""
+
+    def __init__(self, k: str):
+        self.k = k
+
+    def __enter__(self):
+        with _locks_lock:
+            slot = _key_locks.setdefault(self.k, [threading.Lock(), 0])
+            slot[1] += 1
+        slot[0].acquire()
+
+    def __exit__(self, *exc):
+        with _locks_lock:
+            slot = _key_locks[self.k]
+            slot[0].release()
+            slot[1] -= 1
+            if not slot[1]:
+                del _key_locks[self.k]
+
+
 def build(source: str, filename: str = "<source>", include_dirs=(), constants=None, fast_math: bool = False,
           defines=None, kernels=None, rebuild: bool = False) -> str:
     """Path of the compiled module for this source and these options.
@@ -39,64 +126,185 @@ def build(source: str, filename: str = "<source>", include_dirs=(), constants=No
     the only kernels to build (None: all), which makes a large library quick;
     ``rebuild``: compile again even if a cached module exists (it would not load).
     """
-    tc = toolchain.find()
-    include_dirs = [os.path.abspath(d) for d in include_dirs]
-    constants = dict(constants or {})
-    prologue = define_lines(defines)
+    return _build(toolchain.find(), Options.of(source, filename, include_dirs, constants, fast_math, defines),
+                  kernels, rebuild)
+
+
+def _build(tc, opts: Options, kernels, rebuild: bool = False) -> str:
     kernels = None if kernels is None else sorted(set(kernels))
-    k = cache.key(prologue + source, filename, include_dirs, constants, fast_math, tc.identity, kernels)
+    k = opts.key(tc, kernels)
     hit = None if rebuild else _memory.get(k)
-    if hit and all(_stat(p) == st for p, st in hit[1].items()):
+    if hit and _fresh(hit[1]):
         return hit[0]
-    with _lock:
-        key_lock = _key_locks.setdefault(k, threading.Lock())
-    with key_lock:
+    with _KeyLock(k):
         entry = None if rebuild else cache.lookup(k)
         if entry is None:
-            entry = _compile_in_cache(tc, source, filename, include_dirs, constants, fast_math, k, prologue, kernels)
-        _memory[k] = (str(entry.module), {p: _stat(p) for p in entry.deps})
+            entry = _in_cache(lambda: _compile(tc, opts, k, kernels))
+        _memory.put(k, (str(entry.module), {p: _stat(p) for p in entry.deps}))
         return str(entry.module)
 
 
-def _compile_in_cache(*args) -> cache.Entry:
-    """``_compile``; if the cache directory refuses a write, once more in a private one."""
+def plan(source: str, filename: str = "<source>", include_dirs=(), constants=None, fast_math: bool = False,
+         defines=None) -> tuple[str | None, list[str], str]:
+    """How to load this source: ``(module, [], "")`` for a whole-file module (a small file, or one
+    compiled whole before), or ``(None, kernel names, tag)`` for a file compiled on first use.
+    ``tag`` changes with the user's included files. Errors the front end finds are raised here."""
+    tc = toolchain.find()
+    opts = Options.of(source, filename, include_dirs, constants, fast_math, defines)
+    k = opts.key(tc, None)
+    hit = _memory.get(k)
+    if hit and _fresh(hit[1]):
+        return hit[0], [], ""
+    hit = _names.get(k)
+    if hit and _fresh(hit[2]):
+        return None, hit[0], hit[1]
+    entry = cache.lookup(k)
+    if entry is not None:
+        _memory.put(k, (str(entry.module), {p: _stat(p) for p in entry.deps}))
+        return str(entry.module), [], ""
+    index = cache.lookup_index(k)
+    if index is None:
+        result = _in_cache(lambda: _scan(tc, opts, k))
+        names = [x.host_name for x in result.kernels]
+        if len(names) <= EAGER_KERNELS:
+            return _build(tc, opts, None), [], ""
+        index = _in_cache(lambda: cache.store_index(k, names, _deps(result, opts)))
+    _names.put(k, (index.kernels, index.tag, {p: _stat(p) for p in index.deps}))
+    return None, index.kernels, index.tag
+
+
+def build_all(source: str, filename: str = "<source>", include_dirs=(), constants=None, fast_math: bool = False,
+              defines=None, jobs: int | None = None, progress: Callable[[int], None] | None = None) -> int:
+    """Compiles every kernel of a file not cached yet, in groups, ``jobs`` compilers at a time
+    (default: one per core); ``progress(n)`` is called as each ``n`` kernels are done. Returns
+    the number of kernels compiled. Kernels that fail (a failing group is split until they are
+    found) are reported together, after the rest are built."""
+    tc = toolchain.find()
+    opts = Options.of(source, filename, include_dirs, constants, fast_math, defines)
+    module, names, _ = plan(source, filename, include_dirs, constants, fast_math, defines)
+    if module is not None:
+        return 0
+    todo = [n for n in names if cache.lookup(opts.key(tc, [n])) is None]
+    if progress:
+        progress(len(names) - len(todo))
+    if not todo:
+        return 0
+    jobs = max(1, jobs or os.cpu_count() or 1)
+    # Four groups per compiler balance the load; each group re-reads the whole file, so not too many.
+    size = max(1, min(64, math.ceil(len(todo) / (jobs * 4))))
+    groups = [todo[i:i + size] for i in range(0, len(todo), size)]
+    cancel = threading.Event()
+    failures: dict[str, CompileError] = {}
+    pool = ThreadPoolExecutor(jobs, thread_name_prefix="metalkit-build")
+    futures = [pool.submit(_build_group, tc, opts, g, cancel) for g in groups]
     try:
-        return _compile(*args)
+        for f in as_completed(futures):
+            failed = f.result()
+            failures.update(failed)
+            if progress:
+                progress(len(groups[futures.index(f)]))
+    except BaseException:  # Ctrl-C included: no compiler outlives the build
+        cancel.set()
+        for f in futures:
+            f.cancel()
+        while not all(f.done() for f in futures):
+            toolchain.kill_running()
+            threading.Event().wait(0.02)
+        raise
+    finally:
+        pool.shutdown(wait=True)
+    if failures:
+        first = failures[min(failures, key=names.index)]
+        listed = ", ".join(sorted(failures, key=names.index)[:10]) + (", ..." if len(failures) > 10 else "")
+        raise CompileError(f"{len(failures)} of {len(names)} kernels do not compile ({listed}); the first: "
+                           f"{first.msg}", filename=first.filename, lineno=first.lineno, offset=first.offset,
+                           text=first.text, log=first.log)
+    return len(todo)
+
+
+def _build_group(tc, opts: Options, group: list[str], cancel: threading.Event) -> dict[str, CompileError]:
+    """Builds ``group`` as one module and records it under each kernel's key; if it fails, each
+    half the same way, down to the kernels that fail alone. Returns those failures."""
+    if cancel.is_set():
+        return {}
+    try:
+        _build(tc, opts, group)
+    except CompileError as e:
+        if len(group) == 1:
+            return {group[0]: e}
+        half = len(group) // 2
+        return {**_build_group(tc, opts, group[:half], cancel), **_build_group(tc, opts, group[half:], cancel)}
+    entry = cache.lookup(opts.key(tc, group))
+    if entry is None:  # removed since by another process: its kernels build on first use
+        return {}
+    keys = [opts.key(tc, [name]) for name in group]
+    _in_cache(lambda: cache.link(keys, entry))
+    for k in keys:
+        _memory.put(k, (str(entry.module), {p: _stat(p) for p in entry.deps}))
+    return {}
+
+
+def _in_cache(step: Callable):
+    """``step()``; if the cache directory refuses a write, once more in a private one."""
+    try:
+        return step()
     except CacheError:
         raise
     except OSError as e:
         cache.abandon(e)
     try:
-        return _compile(*args)
+        return step()
     except CacheError:
         raise
     except OSError as e:
         raise cache.unwritable(e) from None
 
 
-def _compile(tc, source, filename, include_dirs, constants, fast_math, key: str, prologue: str,
-             kernels) -> cache.Entry:
+def _scan(tc, opts: Options, k: str):
+    """The front end alone: preprocessed once (kept for the build that may follow), pre-passed."""
     with cache.workspace() as tmp:
+        return _front(tc, opts, k, tmp, None)
+
+
+def _front(tc, opts: Options, lib_key: str, tmp, kernels):
+    from .diagnostics import source_line
+    from .prepass import MslError, prepass
+    pp = _preprocessed.get(lib_key)
+    if pp is None or not _fresh(pp[2]):
         src = tmp / "source.metal"
         # #line keeps every diagnostic in the user's own file name and lines.
-        src.write_text(f'{prologue}#line 1 "{_escape(filename)}"\n{source}')
-        pp = _run(tc.preprocess(str(src), include_dirs), source, filename)
-        user = lambda f: f not in _NOT_USER and not f.startswith(toolchain.INCLUDE_DIR) and f != str(src)
-        try:
-            result = prepass(pp, user, constants, only=kernels)
-        except MslError as e:
-            raise CompileError(e.msg, filename=e.file, lineno=e.line or None, offset=e.col or None,
-                               text=source_line(e.file, e.line, source, filename), log=str(e)) from None
+        src.write_text(f'{opts.prologue}#line 1 "{_escape(opts.filename)}"\n{opts.source}')
+        text = _run(tc.preprocess(str(src), list(opts.include_dirs)), opts.source, opts.filename)
+        pp = (text, str(src), {})
+    text, src_name, _ = pp
+    user = lambda f: f not in _NOT_USER and not f.startswith(toolchain.INCLUDE_DIR) and f != src_name
+    try:
+        result = prepass(text, user, dict(opts.constants), only=kernels)
+    except MslError as e:
+        raise CompileError(e.msg, filename=e.file, lineno=e.line or None, offset=e.col or None,
+                           text=source_line(e.file, e.line, opts.source, opts.filename), log=str(e)) from None
+    files = [f for f in result.files if f != opts.filename and os.path.isfile(f)]
+    _preprocessed.put(lib_key, (text, src_name, {f: _stat(f) for f in files}))
+    return result
+
+
+def _deps(result, opts: Options) -> dict[str, str | None]:
+    return {f: cache.file_digest(f) for f in result.files if f != opts.filename and os.path.isfile(f)}
+
+
+def _compile(tc, opts: Options, key: str, kernels) -> cache.Entry:
+    from . import codegen
+    with cache.workspace() as tmp:
+        result = _front(tc, opts, opts.key(tc, None), tmp, kernels)
         missing = sorted(set(kernels or ()) - {k.host_name for k in result.kernels})
         if missing:
-            raise CompileError(f"kernels=: no kernel named {missing[0]!r} in {filename}; check the name "
-                               "(a template is named by its host_name instantiations)", filename=filename)
+            raise CompileError(f"kernels=: no kernel named {missing[0]!r} in {opts.filename}; check the name "
+                               "(a template is named by its host_name instantiations)", filename=opts.filename)
         module = tmp / "module.cpp"
         module.write_text(result.text + "\n" + codegen.launchers(result.kernels))
         out = tmp / "module.so"
-        _run(tc.compile(str(module), str(out), fast_math), source, filename)
-        deps = {f: cache.file_digest(f) for f in result.files if f != filename and os.path.isfile(f)}
-        return cache.store(key, out, deps, [k.host_name for k in result.kernels])
+        _run(tc.compile(str(module), str(out), opts.fast_math), opts.source, opts.filename)
+        return cache.store(key, out, _deps(result, opts), [k.host_name for k in result.kernels])
 
 
 def _escape(s: str) -> str:
@@ -104,6 +312,7 @@ def _escape(s: str) -> str:
 
 
 def _run(cmd: list[str], source: str, filename: str) -> str:
+    from .diagnostics import compile_error
     proc = toolchain.run(cmd)
     if proc.returncode != 0:
         raise compile_error(proc.stderr or str(proc.returncode), source, filename)

@@ -6,7 +6,10 @@ compiler binary, metalkit's headers and code generator, and the CPU (modules
 are built for the native instruction set).
 
 An entry is ``cpu/<key>.json``, a manifest naming the module file, the sha256
-of its bytes, and the user's included files with the sha256 of theirs. A
+of its bytes, and the user's included files with the sha256 of theirs (several
+manifests may name one module: a group of kernels built together is recorded
+under each kernel's key). A file compiled on first use also has an index,
+``cpu/<key>.kernels.json``: its kernel names and included files. A
 module is handed to the loader only if its manifest reads back whole, its bytes
 hash to the recorded digest and every included file is unchanged; anything
 else (a truncated, garbled or empty file, a missing module) is a miss, and the
@@ -203,10 +206,14 @@ def lookup(k: str) -> Entry | None:
 def _well_formed(entry: object) -> bool:
     if not isinstance(entry, dict):
         return False
-    name, sha, deps = entry.get("module"), entry.get("sha256"), entry.get("deps")
+    name, sha = entry.get("module"), entry.get("sha256")
     return (isinstance(name, str) and name.endswith(".so") and Path(name).name == name
-            and isinstance(sha, str) and isinstance(deps, dict)
-            and all(isinstance(p, str) and (d is None or isinstance(d, str)) for p, d in deps.items()))
+            and isinstance(sha, str) and _well_formed_deps(entry.get("deps")))
+
+
+def _well_formed_deps(deps: object) -> bool:
+    return isinstance(deps, dict) and all(isinstance(p, str) and (d is None or isinstance(d, str))
+                                          for p, d in deps.items())
 
 
 @contextlib.contextmanager
@@ -230,9 +237,10 @@ def store(k: str, built: Path, deps: dict[str, str | None], kernels: list[str]) 
     previous = _previous_module(manifest)
     os.replace(built, module)
     os.replace(staged, manifest)
-    if previous is not None and previous != module:
+    if previous is not None and previous != module and previous.name.startswith(f"{k}-"):
         # Housekeeping only (a stale module costs disk space, nothing else); a
-        # process that has it loaded keeps its mapping.
+        # process that has it loaded keeps its mapping. A module another key
+        # built (a group's) is left to that key.
         with contextlib.suppress(OSError):
             previous.unlink()
     return Entry(module, list(deps))
@@ -244,3 +252,51 @@ def _previous_module(manifest: Path) -> Path | None:
     except (OSError, ValueError):
         return None
     return manifest.parent / entry["module"] if _well_formed(entry) else None
+
+
+def link(keys: list[str], entry: Entry) -> None:
+    """Record the module of ``entry`` (already in the cache, built under another key) as each key's."""
+    record = {"module": entry.module.name, "sha256": file_digest(entry.module),
+              "deps": {p: file_digest(p) for p in entry.deps}}
+    for k in keys:
+        _write_json(cache_dir() / f"{k}.json", record)
+
+
+class Index(NamedTuple):
+    kernels: list[str]
+    deps: list[str]
+    tag: str  # changes when an included file does
+
+
+def lookup_index(k: str) -> Index | None:
+    """The kernel names of key ``k``'s file, if recorded and its included files are unchanged."""
+    try:
+        record = json.loads((cache_dir() / f"{k}.kernels.json").read_bytes())
+    except (OSError, ValueError):
+        return None
+    if not (isinstance(record, dict) and isinstance(record.get("kernels"), list)
+            and all(isinstance(n, str) for n in record["kernels"]) and _well_formed_deps(record.get("deps"))):
+        return None
+    if any(file_digest(p) != d for p, d in record["deps"].items()):
+        return None
+    return Index(record["kernels"], list(record["deps"]), digest(json.dumps(sorted(record["deps"].items()))))
+
+
+def store_index(k: str, kernels: list[str], deps: dict[str, str | None]) -> Index:
+    """Record the kernel names of key ``k``'s file and the files it included."""
+    _write_json(cache_dir() / f"{k}.kernels.json", {"kernels": kernels, "deps": deps})
+    return Index(kernels, list(deps), digest(json.dumps(sorted(deps.items()))))
+
+
+def _write_json(path: Path, record: dict) -> None:
+    """Written beside ``path`` and renamed over it: readers see the old file or the new one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix="write-", suffix=".json")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(json.dumps(record))
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise

@@ -14,6 +14,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -111,14 +112,36 @@ def run(cmd: list[str], input: str | None = None) -> subprocess.CompletedProcess
                                 start_new_session=True)
     except OSError as e:
         raise CompileError(f"cannot run the compiler {cmd[0]}: {e.strerror or e}; {NEEDS}") from None
+    with _running_lock:
+        _running.add(proc)
     try:
         out, err = proc.communicate(input)
     except BaseException:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
+        _kill(proc)
         proc.wait()
         raise
+    finally:
+        with _running_lock:
+            _running.discard(proc)
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+_running: set[subprocess.Popen] = set()  # compilers running on any thread
+_running_lock = threading.Lock()
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+
+
+def kill_running() -> None:
+    """End every compiler this process is running: an interrupt reaches only the main thread,
+    and a parallel build's compilers run in worker threads."""
+    with _running_lock:
+        procs = list(_running)
+    for proc in procs:
+        _kill(proc)
 
 
 def _zig() -> str | None:
