@@ -35,22 +35,6 @@ void pass_on(int sig, siginfo_t* info, void* uctx) {
   raise(sig);
 }
 
-// The instruction that faulted, from the signal's saved registers.
-uintptr_t fault_pc(void* uctx) {
-  const ucontext_t* uc = static_cast<const ucontext_t*>(uctx);
-#if defined(__APPLE__) && defined(__aarch64__)
-  return uintptr_t(__darwin_arm_thread_state64_get_pc(uc->uc_mcontext->__ss));
-#elif defined(__APPLE__) && defined(__x86_64__)
-  return uintptr_t(uc->uc_mcontext->__ss.__rip);
-#elif defined(__linux__) && defined(__x86_64__)
-  return uintptr_t(uc->uc_mcontext.gregs[REG_RIP]);
-#elif defined(__linux__) && defined(__aarch64__)
-  return uintptr_t(uc->uc_mcontext.pc);
-#else
-  (void)uc;
-  return 0;
-#endif
-}
 
 void handler(int sig, siginfo_t* info, void* uctx) {
   FaultTrap* trap = current_trap();
@@ -70,6 +54,22 @@ void handler(int sig, siginfo_t* info, void* uctx) {
 }
 
 }  // namespace
+
+uintptr_t fault_pc(void* uctx) {
+  const ucontext_t* uc = static_cast<const ucontext_t*>(uctx);
+#if defined(__APPLE__) && defined(__aarch64__)
+  return uintptr_t(__darwin_arm_thread_state64_get_pc(uc->uc_mcontext->__ss));
+#elif defined(__APPLE__) && defined(__x86_64__)
+  return uintptr_t(uc->uc_mcontext->__ss.__rip);
+#elif defined(__linux__) && defined(__x86_64__)
+  return uintptr_t(uc->uc_mcontext.gregs[REG_RIP]);
+#elif defined(__linux__) && defined(__aarch64__)
+  return uintptr_t(uc->uc_mcontext.pc);
+#else
+  (void)uc;
+  return 0;
+#endif
+}
 
 bool below_thread_stack(uintptr_t addr) {
   static thread_local uintptr_t lo = [] {

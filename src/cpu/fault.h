@@ -34,6 +34,9 @@ void prepare_fault_handling();
 // The trap of the calling thread while it runs kernel code, or nullptr.
 FaultTrap*& current_trap();
 
+// The instruction a signal interrupted, from its saved registers (0 where unknown).
+uintptr_t fault_pc(void* uctx);
+
 // Whether addr lies just below the calling thread's own stack (where an overflow lands).
 bool below_thread_stack(uintptr_t addr);
 

@@ -15,10 +15,8 @@
 #if defined(__APPLE__)
 #include <dlfcn.h>
 #include <mach-o/getsect.h>
-#include <sys/ucontext.h>
 #else
 #include <link.h>
-#include <ucontext.h>
 #endif
 
 namespace mk {
@@ -39,22 +37,6 @@ constexpr int kSlots = 256;  // threads running kernels at once; any more stop a
 KickSlot g_slots[kSlots];
 std::mutex g_slots_lock;  // held to claim, release and kick: a thread with a slot is alive
 struct sigaction g_previous_sigurg;
-
-uintptr_t pc_of(void* uctx) {
-  auto* uc = static_cast<ucontext_t*>(uctx);
-#if defined(__APPLE__) && defined(__aarch64__)
-  return uintptr_t(__darwin_arm_thread_state64_get_pc(uc->uc_mcontext->__ss));
-#elif defined(__APPLE__) && defined(__x86_64__)
-  return uintptr_t(uc->uc_mcontext->__ss.__rip);
-#elif defined(__linux__) && defined(__x86_64__)
-  return uintptr_t(uc->uc_mcontext.gregs[REG_RIP]);
-#elif defined(__linux__) && defined(__aarch64__)
-  return uintptr_t(uc->uc_mcontext.pc);
-#else
-  (void)uc;
-  return 0;  // unknown: never jump
-#endif
-}
 
 void pass_on(int sig, siginfo_t* info, void* uctx) {
   const struct sigaction& prev = g_previous_sigurg;
@@ -79,7 +61,7 @@ void on_sigurg(int sig, siginfo_t* info, void* uctx) {
   // Ours, so this thread has run kernel code and its trap pointer is allocated.
   FaultTrap* trap = current_trap();
   if (!trap || !trap->armed || !trap->stop || !trap->stop->load(std::memory_order_relaxed)) return;
-  const uintptr_t pc = pc_of(uctx);
+  const uintptr_t pc = fault_pc(uctx);
   if (pc < trap->code_lo || pc >= trap->code_hi) return;
   trap->armed = false;
   trap->stopped = true;
