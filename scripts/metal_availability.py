@@ -67,6 +67,17 @@ def _depth(line: str) -> int:
     return (m.end() // 2) if m else 0
 
 
+def _member_availability(lines: list[str], i: int) -> list:
+    """The availability attributes on the lines continuing the member declared at lines[i]."""
+    attrs = []
+    for child in lines[i + 1:]:
+        if _depth(child) <= 1:
+            break
+        if _depth(child) == 2 and _AVAILABILITY.search(child):
+            attrs.append(_AVAILABILITY.search(child))
+    return attrs
+
+
 def parse(dump: str) -> tuple[dict[str, str], dict[str, list[str]]]:
     """(name -> macOS version or "-" or "unavailable", enum -> its constants) from an AST dump."""
     versions: dict[str, str] = {}
@@ -94,13 +105,7 @@ def parse(dump: str) -> tuple[dict[str, str], dict[str, list[str]]]:
             enums.setdefault(name, [])
             if constant not in enums[name]:
                 enums[name].append(constant)
-            attrs = []
-            for child in lines[i + 1:]:
-                if _depth(child) <= 1:
-                    break
-                if _depth(child) == 2 and _AVAILABILITY.search(child):
-                    attrs.append(_AVAILABILITY.search(child))
-            record(constant, attrs)
+            record(constant, _member_availability(lines, i))
             if versions[constant] == "-":
                 versions[constant] = inherited
     return versions, enums
@@ -131,13 +136,7 @@ def selector_versions(dumps: list[str], containers: dict[str, str]) -> dict[str,
                 m = _METHOD.search(line) if _depth(line) == 1 else None
                 if not m:
                     continue
-                attrs = []
-                for child in lines[i + 1:]:
-                    if _depth(child) <= 1:
-                        break
-                    if _depth(child) == 2 and _AVAILABILITY.search(child):
-                        attrs.append(_AVAILABILITY.search(child))
-                found.setdefault(m.group(1), []).append(version(attrs, outer))
+                found.setdefault(m.group(1), []).append(version(_member_availability(lines, i), outer))
     out = {}
     for selector, versions in found.items():
         available = [v for v in versions if v != "unavailable"]
