@@ -627,6 +627,69 @@ def test_shuffles_read_lanes_that_diverged(device, model, rng, n, tg):
     np.testing.assert_array_equal(out, want)
 
 
+# ---- local arrays through pointer arithmetic; uniform SIMD-group results --------------------
+
+PRIVATE = """
+// Each lane's own array, written and read as *(a + i), *(i + a), *a and a row of a 2-D array, as
+// generated code (tinygrad's accumulators) does: a per-lane array, not one the SIMD-group shares.
+kernel void deref_array(device const float* in [[buffer(0)]], device float* out [[buffer(1)]],
+                        uint i [[thread_position_in_grid]]) {
+    float buf[3];
+    float rows[2][2];
+    *(buf + 0) = in[i];
+    *(1 + buf) = 2.0f * in[i];
+    *buf += 1.0f;
+    *(rows[1] + 1) = in[i] * in[i];
+    const float total = simd_sum(*(buf + 0));
+    out[i] = total + *(buf + 1) + buf[0] + rows[1][1];
+}
+
+// simd_sum of a value every lane has: one value for the SIMD-group, used by later statements.
+kernel void uniform_simd_result(device const float* in [[buffer(0)]], device float* out [[buffer(1)]],
+                                uint i [[thread_position_in_grid]]) {
+    if (in[i] < 0.25f) return;
+    const float one = 1.0f;
+    float active = simd_sum(one), most = simd_max(one);
+    if (active > 1.0f) out[i] = active + most + in[i];
+    else out[i] = -in[i];
+}
+"""
+
+
+@pytest.mark.parametrize("n,tg", N_TG)
+@pytest.mark.parametrize("model", MODELS)
+def test_local_arrays_through_pointer_arithmetic_are_per_lane(device, model, rng, n, tg):
+    lib = build_as(PRIVATE, "private.metal", model)
+    check_model(lib.deref_array, model)
+    x = rng.random(n, dtype=np.float32)
+    out = np.zeros(n, np.float32)
+    lib.deref_array(x, out, threadgroup=tg)
+    want = np.zeros(n, np.float32)
+
+    def ref(lanes, s):
+        want[s] = (x[s] + 1).sum() + 2 * x[s] + (x[s] + 1) + x[s] * x[s]
+    per_simdgroup(n, tg, ref)
+    np.testing.assert_allclose(out, want, rtol=1e-5)
+
+
+@pytest.mark.parametrize("n,tg", N_TG)
+@pytest.mark.parametrize("model", MODELS)
+def test_a_simd_sum_of_a_uniform_value_is_one_value_for_later_statements(device, model, rng, n, tg):
+    lib = build_as(PRIVATE, "private.metal", model)
+    check_model(lib.uniform_simd_result, model)
+    x = rng.random(n, dtype=np.float32)
+    out = np.full(n, 7.0, np.float32)
+    lib.uniform_simd_result(x, out, threadgroup=tg)
+    want = np.full(n, 7.0, np.float32)
+
+    def ref(lanes, s):
+        act = x[s] >= 0.25
+        count = act.sum()
+        want[s] = np.where(act, count + 1 + x[s] if count > 1 else -x[s], 7.0)
+    per_simdgroup(n, tg, ref)
+    np.testing.assert_array_equal(out, want)
+
+
 # ---- helpers that reach barriers and SIMD-group functions -------------------------------------
 
 HELPERS = """

@@ -325,6 +325,24 @@ class Function:
             else:
                 return None
 
+    def _array_element(self, e):
+        """For `*(a + i)`, `*(i + a)`, `*(a - i)` or `*a` with `a` a local array (or a row of one):
+        (a, [i]), else None."""
+        e = _unparen(e)
+        offsets = []
+        if isinstance(e, sx.Binary) and e.op in ("+", "-"):
+            base, off = (e.rhs, e.lhs) if e.op == "+" and self._local_array(e.rhs) else (e.lhs, e.rhs)
+            e, offsets = _unparen(base), [off]
+        return (e, offsets) if self._local_array(e) else None
+
+    @staticmethod
+    def _local_array(e) -> bool:
+        e = _unparen(e)
+        while isinstance(e, sx.Index):
+            e = _unparen(e.obj)
+        v = e.var if isinstance(e, sx.Name) else None
+        return v is not None and v.array and not v.pointer and not v.ref and v.kind != "shared"
+
     def scan(self, e, info: Info, mode: str = "r") -> None:
         """Adds what e does to info; mode: how e is used (r, w, rw, addr)."""
         if e is None:
@@ -362,7 +380,13 @@ class Function:
             else:
                 self.scan(e.obj, info, mode)
         elif isinstance(e, sx.Unary):
-            if e.op == "*":
+            element = self._array_element(e.operand) if e.op == "*" else None
+            if element is not None:  # `*(a + i)` of a local array `a` is `a[i]`: the lane's own element
+                array, offsets = element
+                for off in offsets:
+                    self.scan(off, info, "r")
+                self.scan(array, info, mode)
+            elif e.op == "*":
                 self.scan(e.operand, info, "r")
                 self.touch(info, self.space_of(e.operand), reading, writing)
             elif e.op == "&":

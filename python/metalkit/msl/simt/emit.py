@@ -614,7 +614,11 @@ class Emitter:
         if not whole:
             inf = self.info(s)
             residual = Piece("R", [s])
-            if isinstance(s, (sx.ExprStmt, sx.Decl)) and inf.assign_rw:
+            if isinstance(s, sx.Decl) and all(dc.var.uniform and not dc.var.lanes for dc in s.declarators):
+                # A uniform local (simd_sum of a uniform value): one plain variable that later pieces see,
+                # from the first active lane's result (every active lane has the same).
+                self.emit_decl(s, "(__m ? unsigned(__builtin_ctz(__m)) : 0u)")
+            elif isinstance(s, (sx.ExprStmt, sx.Decl)) and inf.assign_rw:
                 self.emit_rw(Piece("RW", [s]), True)
             else:
                 self.emit_region(residual, True)
