@@ -177,6 +177,14 @@ def test_tensors_are_metalkit_arrays_read_and_written_in_place(rng):
     assert _on_device(buf._buf)
 
 
+def test_from_blob_runs_on_the_callers_memory(rng):
+    a = rng.standard_normal(50).astype(np.float32)
+    want = a * 3
+    t = Tensor.from_blob(a.ctypes.data, (50,), dtype=dtypes.float32, device="METALKIT")
+    t.assign(t * 3).realize()
+    np.testing.assert_array_equal(a, want)
+
+
 TG_STYLE = """#include <metal_stdlib>
 using namespace metal;
 kernel void ids(device int* data0, constant int& n, uint3 gid [[threadgroup_position_in_grid]],
@@ -216,3 +224,13 @@ def test_the_module_docstring_example_runs():
     import doctest
     result = doctest.testmod(mtg, optionflags=doctest.ELLIPSIS)
     assert result.attempted > 0 and result.failed == 0
+
+
+def test_a_global_size_that_is_not_whole_threadgroups_is_refused():
+    dev = Device["METALKIT"]
+    prg = dev.runtime(TinyELF(TG_STYLE.encode(), "ids", dev.renderer.target, ()))
+    out = dev.allocator.alloc(64)
+    out[:] = 3
+    with pytest.raises(ValueError, match="kernel 'ids': global size .* not a whole number of threadgroups"):
+        prg(out, global_size=(2.5, 1, 1), local_size=(4, 1, 1), vals=(1,))
+    assert (out == 3).all()

@@ -79,13 +79,13 @@ class MetalkitProgram:
     def __call__(self, *bufs: np.ndarray, global_size: tuple[int, int, int] = (1, 1, 1),
                  local_size: tuple[int, int, int] = (1, 1, 1), vals: tuple[int, ...] = (), wait: bool = False,
                  **kw: Any) -> float | None:
-        if not all(isinstance(g, int) for g in global_size):
+        if any(g != int(g) for g in global_size):  # tinygrad's local-size search tries some
             raise ValueError(f"kernel '{self.name}': global size {global_size} is not a whole number of threadgroups")
         args = [b.view(dt) for b, dt in zip(bufs, self.buffer_dtypes)]
         # tinygrad's global size counts threadgroups (Metal's dispatchThreadgroups): as whole
         # threadgroups, that is global * local threads.
-        grid = tuple(g * l for g, l in zip(global_size, local_size))
-        self.kernel(*args, *vals, grid=grid, threadgroup=tuple(local_size))
+        grid = tuple(int(g) * int(l) for g, l in zip(global_size, local_size))
+        self.kernel(*args, *vals, grid=grid, threadgroup=tuple(int(l) for l in local_size))
         return self.kernel.last_gpu_time if wait else None
 
 
