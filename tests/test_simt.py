@@ -690,6 +690,34 @@ def test_a_simd_sum_of_a_uniform_value_is_one_value_for_later_statements(device,
     np.testing.assert_array_equal(out, want)
 
 
+ALIGNED = """
+// Generated code (tinygrad's reductions) declares threadgroup arrays with a GNU alignment attribute.
+kernel void aligned_sums(device const float* in [[buffer(0)]], device float* out [[buffer(1)]],
+                         uint i [[thread_position_in_grid]], uint t [[thread_index_in_threadgroup]],
+                         uint g [[threadgroup_position_in_grid]], uint size [[threads_per_threadgroup]]) {
+    threadgroup __attribute__((aligned(16))) float s[64];
+    s[t] = in[i];
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    if (t == 0) {
+        float acc = 0.0f;
+        for (uint k = 0; k < size; ++k) acc += s[k];
+        out[g] = acc;
+    }
+}
+"""
+
+
+@pytest.mark.parametrize("n,tg", [(320, 64), (120, 40), (7, 7)])
+@pytest.mark.parametrize("model", MODELS)
+def test_threadgroup_arrays_with_a_gnu_alignment_attribute(device, model, rng, n, tg):
+    lib = build_as(ALIGNED, "aligned.metal", model)
+    check_model(lib.aligned_sums, model)
+    x = rng.integers(-100, 100, n).astype(np.float32)  # small integers: exact in any order
+    out = np.zeros(n // tg, np.float32)
+    lib.aligned_sums(x, out, grid=n, threadgroup=tg)
+    np.testing.assert_array_equal(out, x.reshape(-1, tg).sum(axis=1))
+
+
 # ---- helpers that reach barriers and SIMD-group functions -------------------------------------
 
 HELPERS = """

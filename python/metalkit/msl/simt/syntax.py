@@ -268,9 +268,14 @@ class Parser:
         return i + 1
 
     def skip_attrs(self, i: int) -> int:
-        while i in self.attr_at:
-            i = self.attr_at[i][0] + 1
-        return i
+        """Past the attributes at i: [[...]] blocks and GNU __attribute__((...))."""
+        while True:
+            if i in self.attr_at:
+                i = self.attr_at[i][0] + 1
+            elif self.t(i) == "__attribute__" and self.t(i + 1) == "(":
+                i = self.close(i + 1, "(", ")") + 1
+            else:
+                return i
 
     def close(self, i: int, open_: str, close: str) -> int:
         depth = 0
@@ -458,12 +463,14 @@ class Parser:
         specs = set()
         j = i
         strong = False
-        while self.t(j) in DECL_SPECIFIERS:
+        while self.t(j) in DECL_SPECIFIERS or self.skip_attrs(j) != j:  # `threadgroup __attribute__((aligned(16))) int`
+            if self.t(j) not in DECL_SPECIFIERS:
+                j = self.skip_attrs(j)
+                continue
             if self.t(j) in ("struct", "class", "union", "enum", "typename"):
                 strong = True
             specs.add(self.t(j))
             j += 1
-        j = self.skip_attrs(j)
         # The type: builtin words, or a (qualified, templated) name, or decltype(...).
         start = j
         if self.t(j) in ("decltype", "__underlying_type"):
