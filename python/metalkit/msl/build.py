@@ -34,6 +34,7 @@ from .defines import define_lines
 # process that finds its kernels in the cache never loads them.
 
 EAGER_KERNELS = 8  # a file with at most this many kernels is compiled whole, at once
+STATUS_AFTER = 1.0  # seconds a compile runs before a terminal shows its status line
 MEMORY_ENTRIES = 1024  # entries kept by each in-memory cache below (least recently used dropped)
 
 _NOT_USER = ("<built-in>", "<command line>", "<scratch space>")
@@ -283,11 +284,12 @@ def _front(tc, opts: Options, lib_key: str, tmp, kernels):
         text = _run(tc.preprocess(str(src), list(opts.include_dirs)), opts.source, opts.filename)
         pp = (text, str(src), {}, None)
     text, src_name, _, whole = pp
-    if kernels is None and whole is not None:  # plan's scan, then the build of a small file
+    if kernels is None and whole is not None and pch.ENABLED:  # plan's scan, then the build of a small file
         return whole, src_name
     user = lambda f: f not in _NOT_USER and not f.startswith(toolchain.INCLUDE_DIR) and f != src_name
     try:
-        result = prepass(text, user, dict(opts.constants), only=kernels, head=pch.head(text, src_name))
+        result = prepass(text, user, dict(opts.constants), only=kernels,
+                         head=pch.head(text, src_name) if pch.ENABLED else 0)
     except MslError as e:
         raise CompileError(e.msg, filename=e.file, lineno=e.line or None, offset=e.col or None,
                            text=source_line(e.file, e.line, opts.source, opts.filename), log=str(e)) from None
@@ -310,13 +312,13 @@ def _compile(tc, opts: Options, key: str, kernels) -> cache.Entry:
                                "(a template is named by its host_name instantiations)", filename=opts.filename)
         text = result.text + "\n" + codegen.launchers(result.kernels)
         label = opts.filename if kernels is None or len(kernels) != 1 else f"{opts.filename} ({kernels[0]})"
-        with _progress.Status(f"compiling {label}", enabled=None if _status.on else False):
+        with _progress.Status(f"compiling {label}", enabled=None if _status.on else False, delay=STATUS_AFTER):
             out = _codegen(tc, opts, text, src_name, tmp)
         return cache.store(key, out, _deps(result, opts), [k.host_name for k in result.kernels])
 
 
 class _StatusSwitch(threading.local):
-    on = True  # False on build_all's worker threads: their progress is the build's bar
+    on = True  # False on build_all's worker threads: the build's bar stands for them
 
 
 _status = _StatusSwitch()

@@ -30,9 +30,11 @@ from pathlib import Path
 
 from . import cache, toolchain
 
-ENABLED = True  # False: every module compiled from its whole text (bench/bench_small_compile.py compares)
+# False: the pipeline as it was before this module, for bench/bench_small_compile.py to compare (every module
+# compiled from its whole text, the pre-pass reading the headers each time).
+ENABLED = True
 _lock = threading.Lock()
-_verified: dict[str, tuple[int, int, int]] = {}  # pch path -> (inode, mtime, size) hashed and found right
+_verified: dict[str, tuple] = {}  # pch path -> (inode, mtime, size) of it and its source, found right
 _refused: set[str] = set()  # keys whose header failed to build in this process
 
 
@@ -71,13 +73,13 @@ def header(tc: toolchain.Toolchain, fast_math: bool, prefix: str) -> Path | None
     if k in _refused:
         return None
     folder = cache.cache_dir() / "pch"
-    pch = folder / f"{k}.pch"
+    pch, source = folder / f"{k}.pch", folder / f"{k}.h"
     with _lock:  # threads of one build_all share a header: built once
         try:
-            if _intact(pch):
+            if _intact(pch, source, prefix):
                 return pch
             folder.mkdir(parents=True, exist_ok=True)
-            source = _source(folder / f"{k}.h", prefix)
+            _source(source, prefix)
             return _build(tc, fast_math, source, pch)
         except OSError:
             return None
@@ -95,19 +97,23 @@ def refuse(tc: toolchain.Toolchain, fast_math: bool, prefix: str) -> None:
         _verified.pop(str(cache.cache_dir() / "pch" / f"{k}.pch"), None)
 
 
-def _intact(pch: Path) -> bool:
+def _stamp(path: Path) -> tuple[int, int, int]:
+    st = os.stat(path)
+    return st.st_ino, st.st_mtime_ns, st.st_size
+
+
+def _intact(pch: Path, source: Path, prefix: str) -> bool:
+    """The header's bytes hash to its record and its source holds ``prefix`` (clang quotes it in
+    diagnostics); checked once per process while neither file changes."""
     try:
-        st = os.stat(pch)
-    except OSError:
-        return False
-    stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
-    if _verified.get(str(pch)) == stamp:
-        return True
-    try:
+        stamp = (_stamp(pch), _stamp(source))
+        if _verified.get(str(pch)) == stamp:
+            return True
         record = json.loads(pch.with_suffix(".json").read_bytes())
+        if not (isinstance(record, dict) and record.get("sha256") == cache.file_digest(pch)
+                and source.read_bytes() == prefix.encode()):
+            return False
     except (OSError, ValueError):
-        return False
-    if not (isinstance(record, dict) and record.get("sha256") == cache.file_digest(pch)):
         return False
     _verified[str(pch)] = stamp
     return True
@@ -147,6 +153,5 @@ def _build(tc: toolchain.Toolchain, fast_math: bool, source: Path, pch: Path) ->
     finally:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
-    st = os.stat(pch)
-    _verified[str(pch)] = (st.st_ino, st.st_mtime_ns, st.st_size)
+    _verified[str(pch)] = (_stamp(pch), _stamp(source))
     return pch
