@@ -4,6 +4,7 @@ and two processes building it at once leave one whole header. Runs that share a 
 directory are child processes."""
 from __future__ import annotations
 
+import importlib
 import json
 import subprocess
 import sys
@@ -16,7 +17,7 @@ import pytest
 
 import metalkit as mk
 from conftest import child_env
-from metalkit.msl import cache, pch, toolchain
+from metalkit.msl import cache, pch, stdlib_stubs, toolchain
 
 # Compiles a kernel no other run has compiled and checks it against numpy on edge sizes.
 SCRIPT = textwrap.dedent("""
@@ -86,6 +87,22 @@ def test_a_damaged_header_is_rebuilt(tmp_path, damage):
         src.write_text(src.read_text().replace("namespace metal", "namespace latem", 1))
     ok(run(tmp_path / "cache"))
     assert headers(tmp_path / "cache") == [h] and intact(h)
+
+
+@pytest.mark.parametrize("damage", ["macros", "prefix", "stub", "record"])
+def test_damaged_stand_ins_are_recorded_again(tmp_path, damage):
+    ok(run(tmp_path / "cache"))
+    [folder] = (tmp_path / "cache" / "cpu" / "pch").glob("*.pp")
+    if damage == "macros":
+        (folder / "macros.h").write_text("#define FLT_MAX 0\n")
+    elif damage == "prefix":
+        (folder / "prefix.ii").write_bytes((folder / "prefix.ii").read_bytes()[:1000])
+    elif damage == "stub":
+        (folder / "include" / "metal_stdlib").write_text("#error damaged\n")
+    else:
+        (folder / "record.json").write_text("")
+    ok(run(tmp_path / "cache"))
+    assert stdlib_stubs._verified(folder) is not None
 
 
 def test_a_header_clang_rejects_is_done_without_and_removed(tmp_path):
@@ -161,3 +178,62 @@ def test_split_finds_the_headers_forced_before_the_source():
     assert prefix == '# 1 "<built-in>" 1\n# 1 "/inc/metal_stdlib" 1\nint h;\n# 2 "<built-in>" 2\n'
     assert rest == '# 1 "/tmp/b/source.metal"\n# 1 "u.metal"\nint u;\n'
     assert pch.split(text, "/tmp/other.metal") is None and pch.head(text, "/tmp/other.metal") == 0
+
+
+TRICKY = """#include <metal_stdlib>
+#include <metal_stdlib>
+using namespace metal;
+#if defined(FLT_MAX) && __METAL_VERSION__ >= 300 && defined(__METALKIT_CPU__)
+#define LIMIT FLT_MAX
+#endif
+#undef M_PI_F
+#define M_PI_F 3.0f
+#define KERNEL(name, op) kernel void name(device float* x [[buffer(0)]], uint i [[thread_position_in_grid]]) \\
+    { x[i] = x[i] op LIMIT + M_PI_F + INFINITY + HALF_MAX + __LINE__; }
+KERNEL(k_add, +)
+KERNEL(k_mul, *)
+#include "mine.h"
+constant int counter = __COUNTER__ + MINE;
+"""
+
+
+def sources(tmp_path: Path) -> list[tuple[str, list[str]]]:
+    root = Path(__file__).resolve().parent.parent
+    (tmp_path / "inc").mkdir()
+    (tmp_path / "inc" / "mine.h").write_text("#pragma once\n#define MINE (FLT_MIN_EXP + 1)\nusing metal::half;\n")
+    found = [(p.read_text(), []) for p in sorted((root / "kernels").glob("*.metal"))]
+    found += [(p.read_text(), []) for p in sorted((root / "bench").glob("*.metal"))]
+    return found + [(TRICKY, [str(tmp_path / "inc")])]
+
+
+def test_preprocessing_through_the_stand_ins_gives_the_full_text(tmp_path):
+    """What clang -E makes of a source through stdlib_stubs is byte for byte what it makes in full."""
+    build_mod = importlib.import_module("metalkit.msl.build")  # the module (metalkit.msl.build is its function)
+    tc = toolchain.find()
+    stubs = stdlib_stubs.get(tc)
+    assert stubs is not None
+    for i, (source, dirs) in enumerate(sources(tmp_path)):
+        src = tmp_path / f"s{i}.metal"
+        src.write_text('#line 1 "user.metal"\n' + source)
+        full = toolchain.run(tc.preprocess(str(src), dirs))
+        fast = toolchain.run(tc.preprocess(str(src), dirs, stubs))
+        assert full.returncode == 0 and fast.returncode == 0, full.stderr + fast.stderr
+        assert stubs.restore(fast.stdout, str(src)) == full.stdout, source[:200]
+        opts = build_mod.Options.of(source, "user.metal", dirs)
+        assert build_mod._preprocess(tc, opts, str(src)) == full.stdout
+
+
+def test_a_header_the_stand_ins_do_not_cover_is_preprocessed_in_full(tmp_path, rng):
+    tc = toolchain.find()
+    stubs = stdlib_stubs.get(tc)
+    src = tmp_path / "s.metal"
+    src.write_text("#include <metal_math>\n#include <metalkit/launch.h>\n")
+    fast = toolchain.run(tc.preprocess(str(src), [], stubs))
+    assert fast.returncode == 0 and stubs.restore(fast.stdout, str(src)) is None
+    lib = mk.compile(f"// {uuid.uuid4().hex}\n#include <metal_math>\n#include <metal_stdlib>\n"
+                     "kernel void k(device float* x [[buffer(0)]], uint i [[thread_position_in_grid]])"
+                     " { x[i] = metal::fabs(x[i]) + FLT_EPSILON; }\n")
+    x = rng.standard_normal(333).astype(np.float32)
+    ref = np.abs(x) + np.finfo(np.float32).eps
+    lib.k(x)
+    np.testing.assert_array_equal(x, ref)

@@ -27,7 +27,7 @@ from typing import Callable
 
 from ..errors import CacheError, CompileError
 from .. import _progress
-from . import cache, pch, toolchain
+from . import cache, pch, stdlib_stubs, toolchain
 from .defines import define_lines
 
 # The front end, code generator and diagnostics are imported when first needed: a
@@ -281,8 +281,7 @@ def _front(tc, opts: Options, lib_key: str, tmp, kernels):
         src = tmp / "source.metal"
         # #line keeps every diagnostic in the user's own file name and lines.
         src.write_text(f'{opts.prologue}#line 1 "{_escape(opts.filename)}"\n{opts.source}')
-        text = _run(tc.preprocess(str(src), list(opts.include_dirs)), opts.source, opts.filename)
-        pp = (text, str(src), {}, None)
+        pp = (_preprocess(tc, opts, str(src)), str(src), {}, None)
     text, src_name, _, whole = pp
     if kernels is None and whole is not None and pch.ENABLED:  # plan's scan, then the build of a small file
         return whole, src_name
@@ -296,6 +295,18 @@ def _front(tc, opts: Options, lib_key: str, tmp, kernels):
     files = [f for f in result.files if f != opts.filename and os.path.isfile(f)]
     _preprocessed.put(lib_key, (text, src_name, {f: _stat(f) for f in files}, result if kernels is None else whole))
     return result, src_name
+
+
+def _preprocess(tc, opts: Options, src: str) -> str:
+    """``clang -E`` output for ``src``: through the stand-ins of msl/stdlib_stubs.py where they
+    serve, else (or if that fails, so errors read as they did) in full."""
+    stubs = stdlib_stubs.get(tc) if pch.ENABLED else None
+    if stubs is not None:
+        proc = toolchain.run(tc.preprocess(src, list(opts.include_dirs), stubs))
+        text = stubs.restore(proc.stdout, src) if proc.returncode == 0 else None
+        if text is not None:
+            return text
+    return _run(tc.preprocess(src, list(opts.include_dirs)), opts.source, opts.filename)
 
 
 def _deps(result, opts: Options) -> dict[str, str | None]:

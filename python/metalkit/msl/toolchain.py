@@ -52,8 +52,14 @@ class Toolchain:
     def _clang(self) -> list[str]:
         return [self.path, "clang"] if self.kind == "zig" else [self.path]
 
-    def preprocess(self, source: str, include_dirs: list[str]) -> list[str]:
-        cmd = self._clang() + LANGUAGE_FLAGS + DIAGNOSTIC_FLAGS + ["-E", "-I", INCLUDE_DIR, "-include", "metal_stdlib"]
+    def preprocess(self, source: str, include_dirs: list[str], stubs=None) -> list[str]:
+        """``clang -E`` of ``source`` after ``<metal_stdlib>``; with ``stubs`` (msl/stdlib_stubs.py),
+        after its macros and stand-ins instead."""
+        cmd = self._clang() + LANGUAGE_FLAGS + DIAGNOSTIC_FLAGS + ["-E"]
+        if stubs is not None:
+            cmd += ["-I", stubs.include, "-I", INCLUDE_DIR, "-include", stubs.macros]
+        else:
+            cmd += ["-I", INCLUDE_DIR, "-include", "metal_stdlib"]
         for d in include_dirs:
             cmd += ["-I", d]
         return cmd + [source]
