@@ -69,6 +69,23 @@ def test_a_compile_on_a_terminal_names_the_file_and_kernel(monkeypatch, rng):
     assert "\rcompiling twice.metal... " in out and out.endswith("\r"), out
 
 
+def test_a_kernel_compiled_on_first_use_is_named_in_its_status(monkeypatch, rng):
+    term = FakeTerminal()
+    monkeypatch.setattr(sys, "stderr", term)
+    monkeypatch.setattr(build_mod, "STATUS_AFTER", 0.0)
+    tag = uuid.uuid4().hex
+    src = "#include <metal_stdlib>\nusing namespace metal;\n" + "".join(
+        f"kernel void k{n}_{tag}(device float* x [[buffer(0)]], uint i [[thread_position_in_grid]]) {{ x[i] += {n}.0f; }}\n"
+        for n in range(build_mod.EAGER_KERNELS + 1))
+    lib = mk.compile(src, filename="many.metal")
+    x = rng.standard_normal(100).astype(np.float32)
+    ref = x + np.float32(3)
+    lib[f"k3_{tag}"](x)
+    np.testing.assert_array_equal(x, ref)
+    out = term.getvalue()
+    assert "\rreading many.metal... " in out and f"\rcompiling many.metal (k3_{tag})... " in out, out
+
+
 def test_a_compile_into_a_pipe_prints_nothing(tmp_path):
     script = f"import metalkit as mk\nmk.compile({kernel_source()!r})\nprint('ok')\n"
     p = subprocess.run([sys.executable, "-c", script], env=child_env(tmp_path / "cache"), capture_output=True,

@@ -23,6 +23,7 @@ import tempfile
 import threading
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 
 from ..errors import CacheError, CompileError
@@ -268,7 +269,7 @@ def _in_cache(step: Callable):
 
 def _scan(tc, opts: Options, k: str):
     """The front end alone: preprocessed once (kept for the build that may follow), pre-passed."""
-    with cache.workspace() as tmp:
+    with cache.workspace() as tmp, _status_line(f"reading {opts.filename}"):
         return _front(tc, opts, k, tmp, None)[0]
 
 
@@ -323,7 +324,7 @@ def _compile(tc, opts: Options, key: str, kernels) -> cache.Entry:
                                "(a template is named by its host_name instantiations)", filename=opts.filename)
         text = result.text + "\n" + codegen.launchers(result.kernels)
         label = opts.filename if kernels is None or len(kernels) != 1 else f"{opts.filename} ({kernels[0]})"
-        with _progress.Status(f"compiling {label}", enabled=None if _status.on else False, delay=STATUS_AFTER):
+        with _status_line(f"compiling {label}"):
             out = _codegen(tc, opts, text, src_name, tmp)
         return cache.store(key, out, _deps(result, opts), [k.host_name for k in result.kernels])
 
@@ -335,7 +336,12 @@ class _StatusSwitch(threading.local):
 _status = _StatusSwitch()
 
 
-def _codegen(tc, opts: Options, text: str, src_name: str, tmp) -> "os.PathLike":
+def _status_line(label: str) -> _progress.Status:
+    """A long step's status line on a terminal (not on build_all's workers)."""
+    return _progress.Status(label, enabled=None if _status.on else False, delay=STATUS_AFTER)
+
+
+def _codegen(tc, opts: Options, text: str, src_name: str, tmp: Path) -> Path:
     """The pre-passed ``text`` compiled into ``tmp/module.so``: against the precompiled headers when
     they can be had (msl/pch.py), else, or if that fails, the whole text as it is."""
     module, out = tmp / "module.cpp", tmp / "module.so"
