@@ -237,3 +237,43 @@ def test_a_header_the_stand_ins_do_not_cover_is_preprocessed_in_full(tmp_path, r
     ref = np.abs(x) + np.finfo(np.float32).eps
     lib.k(x)
     np.testing.assert_array_equal(x, ref)
+
+
+def zig_record(cache_dir: Path) -> Path:
+    [record] = (cache_dir / "cpu" / "pch").glob("*.zig.json")
+    return record
+
+
+needs_zig = pytest.mark.skipif(toolchain.find().kind != "zig", reason="the commands are zig's (no zig here)")
+
+
+@needs_zig
+def test_zigs_commands_are_recorded_and_serve_later_processes(tmp_path):
+    ok(run(tmp_path / "cache"))
+    record = zig_record(tmp_path / "cache")
+    found = json.loads(record.read_text())
+    assert "-cc1" in found["compile"] and "{source}" in found["compile"] and "{object}" in found["compile"]
+    assert "ld.lld" in found["link"] and "{output}" in found["link"] and "{object}" in found["link"]
+    stamp = record.stat().st_mtime_ns
+    ok(run(tmp_path / "cache"))
+    assert record.stat().st_mtime_ns == stamp
+
+
+@needs_zig
+@pytest.mark.parametrize("damage", ["garbled", "failing"])
+def test_a_damaged_or_failing_record_of_zigs_commands_is_done_without(tmp_path, damage):
+    ok(run(tmp_path / "cache"))
+    record = zig_record(tmp_path / "cache")
+    if damage == "garbled":
+        record.write_text('{"compile": [1, 2')
+    else:  # well formed, but its compile fails: the module is built by zig c++, the record dropped
+        found = json.loads(record.read_text())
+        found["compile"] = found["compile"] + ["-no-such-cc1-option"]
+        record.write_text(json.dumps(found))
+    ok(run(tmp_path / "cache"))
+    if damage == "garbled":  # unreadable: read again from zig c++ -v and rewritten
+        assert "{source}" in json.loads(record.read_text())["compile"]
+    else:
+        assert not record.exists()
+        ok(run(tmp_path / "cache"))
+        assert "-no-such-cc1-option" not in json.loads(zig_record(tmp_path / "cache").read_text())["compile"]

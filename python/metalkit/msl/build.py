@@ -28,7 +28,7 @@ from typing import Callable
 
 from ..errors import CacheError, CompileError
 from .. import _progress
-from . import cache, pch, stdlib_stubs, toolchain
+from . import cache, pch, stdlib_stubs, toolchain, zig_direct
 from .defines import define_lines
 
 # The front end, code generator and diagnostics are imported when first needed: a
@@ -349,13 +349,28 @@ def _codegen(tc, opts: Options, text: str, src_name: str, tmp: Path) -> Path:
     header = pch.header(tc, opts.fast_math, parts[0]) if parts else None
     if header is not None:
         module.write_text(parts[1])
-        if toolchain.run(tc.compile(str(module), str(out), opts.fast_math, str(header))).returncode == 0:
+        if _against(tc, opts, header, module, out):
             return out
     module.write_text(text)
     _run(tc.compile(str(module), str(out), opts.fast_math), opts.source, opts.filename)
     if header is not None:  # the whole text compiles, so the header was at fault
         pch.refuse(tc, opts.fast_math, parts[0])
     return out
+
+
+def _against(tc, opts: Options, header: Path, module: Path, out: Path) -> bool:
+    """Whether ``module`` compiled against ``header``: with zig, by the commands zig_direct.py
+    recorded for the header (recording them the first time), else by the compiler's driver."""
+    direct = zig_direct.commands(header, str(module), str(module.with_suffix(".o")), str(out)) \
+        if tc.kind == "zig" else None
+    if direct is not None and all(toolchain.run(cmd).returncode == 0 for cmd in direct):
+        return True
+    if tc.kind == "zig" and direct is None:
+        return zig_direct.compile_and_record(tc, header, str(module), str(out), opts.fast_math)
+    built = toolchain.run(tc.compile(str(module), str(out), opts.fast_math, str(header))).returncode == 0
+    if built and direct is not None:  # zig's driver built what the recorded commands did not
+        zig_direct.drop(header)
+    return built
 
 
 def _escape(s: str) -> str:
