@@ -149,6 +149,7 @@ def test_a_compiler_that_cannot_precompile_builds_without(monkeypatch, rng):
         np.testing.assert_array_equal(y, x * np.float32(4) - np.float32(scale))
     assert len(calls) == 1  # refused once, not tried again for every module
     assert not (cache.cache_dir() / "pch" / f"{key}.pch").exists()
+    (cache.cache_dir() / "pch" / f"{key}.h").unlink()
 
 
 BAD = ("#include <metal_stdlib>\nusing namespace metal;\n"
@@ -277,3 +278,27 @@ def test_a_damaged_or_failing_record_of_zigs_commands_is_done_without(tmp_path, 
         assert not record.exists()
         ok(run(tmp_path / "cache"))
         assert "-no-such-cc1-option" not in json.loads(zig_record(tmp_path / "cache").read_text())["compile"]
+
+
+@needs_zig
+def test_commands_that_do_not_reproduce_zigs_output_are_not_kept_nor_read_again(monkeypatch, rng):
+    from metalkit.msl import zig_direct
+    key = f"test-{uuid.uuid4().hex}"  # a header of its own, with no commands recorded
+    monkeypatch.setattr(pch, "_key", lambda tc, fast_math, prefix: key)
+    monkeypatch.setattr(zig_direct, "_reproduces", lambda found, source, output: False)
+    calls = []
+    real = zig_direct.compile_and_record
+    monkeypatch.setattr(zig_direct, "compile_and_record", lambda *a: calls.append(a) or real(*a))
+    for scale in (5, 6):
+        lib = mk.compile("#include <metal_stdlib>\nusing namespace metal;\n"
+                         f"// {uuid.uuid4().hex}\n"
+                         "kernel void k(device const float* x [[buffer(0)]], device float* y [[buffer(1)]],\n"
+                         f"              uint i [[thread_position_in_grid]]) {{ y[i] = x[i] * 8.0f + {scale}.0f; }}\n")
+        x = rng.standard_normal(517).astype(np.float32)
+        y = np.empty_like(x)
+        lib.k(x, y)
+        np.testing.assert_array_equal(y, x * np.float32(8) + np.float32(scale))
+    assert len(calls) == 1
+    assert not (cache.cache_dir() / "pch" / f"{key}.zig.json").exists()
+    for suffix in (".pch", ".json", ".h"):
+        (cache.cache_dir() / "pch" / f"{key}{suffix}").unlink()

@@ -365,7 +365,7 @@ def _against(tc, opts: Options, header: Path, module: Path, out: Path) -> bool:
         if tc.kind == "zig" else None
     if direct is not None and all(toolchain.run(cmd).returncode == 0 for cmd in direct):
         return True
-    if tc.kind == "zig" and direct is None:
+    if tc.kind == "zig" and direct is None and zig_direct.may_record(header):
         return zig_direct.compile_and_record(tc, header, str(module), str(out), opts.fast_math)
     built = toolchain.run(tc.compile(str(module), str(out), opts.fast_math, str(header))).returncode == 0
     if built and direct is not None:  # zig's driver built what the recorded commands did not

@@ -23,6 +23,7 @@ from . import toolchain
 
 _lock = threading.Lock()
 _known: dict[str, "dict | None"] = {}  # record path -> its commands (None: none for this header)
+_tried: set[str] = set()  # headers whose commands this process has tried to record (once each)
 _FIELDS = ("compile", "link")
 
 
@@ -37,6 +38,15 @@ def commands(header: Path, source: str, obj: str, output: str) -> tuple[list[str
         return None
     values = {"{source}": source, "{object}": obj, "{output}": output, "{dir}": os.path.dirname(source)}
     return tuple([_fill(a, values) for a in found[f]] for f in _FIELDS)
+
+
+def may_record(header: Path) -> bool:
+    """True the first time this process asks for ``header``: its commands are read then only (a
+    zig whose commands do not reproduce its output is not asked again for every module)."""
+    with _lock:
+        first = str(header) not in _tried
+        _tried.add(str(header))
+    return first
 
 
 def compile_and_record(tc: toolchain.Toolchain, header: Path, source: str, output: str, fast_math: bool) -> bool:
