@@ -4,7 +4,8 @@ import importlib
 
 import pytest
 
-MODULES = ["metalkit", "metalkit.library", "metalkit.bundled", "metalkit.arrays", "metalkit._device"]
+MODULES = ["metalkit", "metalkit.library", "metalkit.bundled", "metalkit.arrays", "metalkit._device",
+           "metalkit.custom_kernel"]
 
 
 @pytest.mark.parametrize("name", MODULES)
@@ -17,6 +18,7 @@ def test_docstring_examples(name):
 
 def test_every_public_function_has_an_example():
     import metalkit
-    missing = [n for n in ["compile", "load", "run", "kernels", "empty", "zeros", "asarray", "device", "use", "batch"]
+    missing = [n for n in ["compile", "load", "run", "kernels", "empty", "zeros", "asarray", "device", "use", "batch",
+                           "metal_kernel"]
                if ">>>" not in (getattr(metalkit, n).__doc__ or "")]
     assert missing == []
