@@ -463,11 +463,11 @@ def test_init_value_fills_what_the_kernel_leaves(device, rng):
     """)
     a = rng.standard_normal(11).astype(np.float32)
     f, i = k(inputs=[a], output_shapes=[(11,), (11,)], output_dtypes=[np.float32, np.int32], grid=(11, 1, 1),
-             threadgroup=(4, 1, 1), init_value=3.75)
+             threadgroup=(4, 1, 1), init_value=3.0)
     np.testing.assert_array_equal(f[::2], a[::2])
-    np.testing.assert_array_equal(f[1::2], np.float32(3.75))
+    np.testing.assert_array_equal(f[1::2], np.float32(3))
     np.testing.assert_array_equal(i[::2], (a[::2] * 100).astype(np.int32))
-    np.testing.assert_array_equal(i[1::2], 3)  # cast to the output's dtype
+    np.testing.assert_array_equal(i[1::2], 3)
 
 
 def test_header_helpers(device, rng):
@@ -605,13 +605,17 @@ ERR = mk.metal_kernel("err", ["a", "b"], ["out"], "uint i = thread_position_in_g
     (dict(inputs=[np.ones(4, np.complex64), np.ones(4, np.float32)]), mk.ArgumentError,
      "real and imaginary parts"),
     (dict(inputs=[np.ones(4, ">f4"), np.ones(4, np.float32)]), mk.ArgumentError, "native byte order"),
-    (dict(inputs=[np.ones(4, np.float32), [object()]]), mk.ArgumentError, "input 'b'"),
+    (dict(inputs=[np.ones(4, np.float32), [object()]]), mk.ArgumentError, "input 'b' (list) is not numbers"),
+    (dict(inputs=[np.ones(4, np.float32), 2**70]), mk.ArgumentError, "input 'b' (int) is not numbers"),
+    (dict(inputs=[np.ones(4, np.float32), [[1], [2, 3]]]), mk.ArgumentError, "input 'b' cannot be made an array"),
     (dict(template=[("T", "float32")]), mk.ArgumentError, "must be a numpy dtype (np.float32), an int or a bool"),
     (dict(template=[("T", 1.5)]), mk.ArgumentError, "template argument 'T' is 1.5"),
     (dict(template=[("T", np.float64)]), mk.ArgumentError, "template argument 'T' is float64"),
     (dict(template=[("1T", np.float32)]), mk.ArgumentError, "not a (name, value) pair"),
     (dict(template=[("N", 2**40)]), mk.ArgumentError, "outside an int's range"),
     (dict(init_value="zero"), mk.ArgumentError, "init_value must be a number"),
+    (dict(init_value=-1, output_dtypes=[np.uint32]), mk.ArgumentError, "init_value -1 is not a value output 'out'"),
+    (dict(init_value=0.5, output_dtypes=[np.int32]), mk.ArgumentError, "init_value 0.5 is not a value output 'out'"),
     (dict(grid=(4, 1)), mk.DispatchError, "grid must be a tuple of 3 ints"),
     (dict(grid=4), mk.DispatchError, "a 1-D grid of n is (n, 1, 1)"),
     (dict(threadgroup=(0, 1, 1)), mk.DispatchError, "threadgroup (0, 1, 1) has a dimension outside 1.."),

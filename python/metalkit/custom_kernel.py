@@ -55,7 +55,9 @@ PRELUDE = """\
 #include <metal_stdlib>
 using namespace metal;
 typedef half float16_t;
+#if __METAL_VERSION__ >= 310  // bfloat came with MSL 3.1 (macOS 14)
 typedef bfloat bfloat16_t;
+#endif
 
 // The offset of element `elem` (counted in row-major order) of an array with the given
 // shape and strides (in elements): how a body indexes an input that is not row-contiguous.
@@ -238,8 +240,9 @@ class CustomKernel:
           dimension; its product may not exceed the kernel's maximum (usually 1024).
         - ``template``: ``[("T", np.float32), ("N", 4), ("B", True)]``: numpy dtypes become
           ``typename`` parameters, ints ``int`` and bools ``bool`` ones.
-        - ``init_value``: a number every output is filled with before the launch (cast to its
-          dtype); without it outputs start uninitialised.
+        - ``init_value``: a number every output is filled with before the launch (rounded to a
+          float output's dtype; an integer or bool output must hold it exactly); without it
+          outputs start uninitialised.
         - ``verbose=True`` prints the full generated source before running it.
         - ``stream`` is accepted for code written for MLX and ignored: the kernel runs on
           metalkit's current device (``metalkit.use``).
@@ -258,7 +261,7 @@ class CustomKernel:
         grid3 = _dims(where, "grid", grid, 0)
         tg3 = _dims(where, "threadgroup", threadgroup, 1)
         targs = _template(where, template)
-        if init_value is not None and (isinstance(init_value, (str, bytes)) or not np.isscalar(init_value)):
+        if init_value is not None and not isinstance(init_value, (bool, int, float, np.bool_, np.integer, np.floating)):
             raise ArgumentError(f"{where}: init_value must be a number every output is filled with, "
                                 f"got {init_value!r}")
 
@@ -266,22 +269,15 @@ class CustomKernel:
         if verbose:
             print(f"Generated source code for `{self.name}`:\n```\n{source}\n```")
         kernel = self._kernel(where, kernel_name, source)
-
-        outs = []
-        from .arrays import empty
-        for shape, dt in zip(shapes, dtypes):
-            out = empty(shape, dt)
-            if init_value is not None:
-                try:
-                    np.copyto(out, np.asarray(init_value), casting="unsafe")
-                except (OverflowError, ValueError) as e:
-                    raise ArgumentError(f"{where}: init_value {init_value!r} does not fit the output dtype "
-                                        f"{dt}: {e}") from None
-            outs.append(out)
-
         if tg3[0] * tg3[1] * tg3[2] > kernel.max_threads_per_threadgroup:
             raise DispatchError(f"{where}: threadgroup {tg3} has {tg3[0] * tg3[1] * tg3[2]} threads but this kernel "
                                 f"allows at most {kernel.max_threads_per_threadgroup}; pass a smaller threadgroup=")
+
+        from .arrays import empty
+        outs = [empty(shape, dt) for shape, dt in zip(shapes, dtypes)]
+        if init_value is not None:
+            for o, out in zip(self.output_names, outs):
+                out[...] = _fill_value(where, o, init_value, out.dtype)
         if 0 in grid3:
             return outs
         bound = []
@@ -418,24 +414,30 @@ class CustomKernel:
 
 def _as_array(where: str, name: str, x: Any) -> np.ndarray:
     """An input as a numpy array; Python scalars and lists in MLX's default types."""
+    try:
+        a = np.asarray(x)
+    except (ValueError, TypeError, OverflowError) as e:
+        raise ArgumentError(f"{where}: input {name!r} cannot be made an array: {e}") from None
+    if a.dtype == object:
+        raise ArgumentError(f"{where}: input {name!r} ({type(x).__name__}) is not numbers numpy can hold in an array "
+                            "(objects, ragged lists, an int past 64 bits); pass a numeric numpy array")
     if isinstance(x, (bool, int, float, complex, list, tuple)):  # np.float64 is a float: it becomes float32 too
-        try:
-            a = np.asarray(x)
-        except (ValueError, TypeError) as e:
-            raise ArgumentError(f"{where}: input {name!r} cannot be made an array: {e}") from None
         if a.dtype == np.float64:
             return a.astype(np.float32)
         if a.dtype == np.int64 and (a.size == 0 or (a.min() >= -2**31 and a.max() < 2**31)):
             return a.astype(np.int32)
-        return a
-    try:
-        a = np.asarray(x)
-    except (ValueError, TypeError) as e:
-        raise ArgumentError(f"{where}: input {name!r} cannot be made an array: {e}") from None
-    if a.dtype == object:
-        raise ArgumentError(f"{where}: input {name!r} is {type(x).__name__}, which numpy makes an object array; "
-                            "pass a numeric numpy array")
     return a
+
+
+def _fill_value(where: str, output: str, value: Any, dt: np.dtype) -> np.ndarray:
+    """init_value in an output's dtype; refused if an integer or bool output cannot hold it exactly."""
+    given = np.asarray(value)
+    with np.errstate(all="ignore"):
+        cast = given.astype(dt)
+    if dt.kind in "biu" and cast != given:
+        raise ArgumentError(f"{where}: init_value {value!r} is not a value output {output!r} ({dt}) can hold; "
+                            f"pass one in its range")
+    return cast
 
 
 def _row_major_strides(shape: tuple) -> tuple:
