@@ -87,9 +87,9 @@ _MSL_NAMES = {
 
 def _msl_name(dt: np.dtype) -> Optional[str]:
     """The MSL spelling of a numpy dtype, or None if MSL has no such type."""
-    if dt.name == "bfloat16":  # ml_dtypes' bfloat16
-        return "bfloat16_t"
-    return _MSL_NAMES.get(dt) if dt.isnative else None
+    if dt.isnative and dt in _MSL_NAMES:
+        return _MSL_NAMES[dt]
+    return "bfloat16_t" if dt.name == "bfloat16" else None  # ml_dtypes' bfloat16
 
 
 def _dtype_fix(dt: np.dtype, value: str) -> str:
