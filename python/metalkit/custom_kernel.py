@@ -199,7 +199,15 @@ class _Input:
 
 
 class CustomKernel:
-    """What ``metalkit.metal_kernel`` returns: call it to run the kernel (see ``__call__``)."""
+    """What ``metalkit.metal_kernel`` returns: call it to run the kernel (see ``__call__``).
+
+    ``name``, ``input_names``, ``output_names``, ``source``, ``header``,
+    ``ensure_row_contiguous`` and ``atomic_outputs`` hold what ``metal_kernel`` was given.
+
+    >>> import metalkit as mk
+    >>> mk.metal_kernel("neg", ["a"], ["out"], "out[0] = -a[0];")
+    <metalkit.CustomKernel 'neg' inputs=['a'] outputs=['out']>
+    """
 
     def __init__(self, name: str, input_names: list[str], output_names: list[str], source: str, header: str,
                  ensure_row_contiguous: bool, atomic_outputs: bool):
@@ -219,7 +227,7 @@ class CustomKernel:
         self._compiled: dict[tuple, Any] = {}  # (backend, source) -> Kernel
 
     def __repr__(self) -> str:
-        return (f"<metalkit.CustomKernel {self.name!r} inputs={self.input_names} outputs={self.output_names}>")
+        return f"<metalkit.CustomKernel {self.name!r} inputs={self.input_names} outputs={self.output_names}>"
 
     def __call__(self, *, inputs: Sequence[Any], output_shapes: Sequence[Union[int, Sequence[int]]],
                  output_dtypes: Sequence[DTypeLike], grid: Tuple[int, int, int], threadgroup: Tuple[int, int, int],
@@ -371,7 +379,8 @@ class CustomKernel:
                 params.append(f"  const constant {t}& {n} [[buffer({i})]]")
                 continue
             params.append(f"  const {a.space} {t}* {n} [[buffer({i})]]")
-            for used, decl in ((shape, f"const constant int* {n}_shape"), (strides, f"const constant int64_t* {n}_strides"),
+            for used, decl in ((shape, f"const constant int* {n}_shape"),
+                               (strides, f"const constant int64_t* {n}_strides"),
                                (ndim, f"const constant int& {n}_ndim")):
                 if used:
                     params.append(f"  {decl} [[buffer({len(params)})]]")
