@@ -83,7 +83,8 @@ void register_batch(py::module_& m) {
             exc.attr("add_note")("metalkit.batch(): a kernel call in the block also faulted: " + b.fault());
         }
         return false;
-      }, "Waits for the queued calls; raises the KernelFault of a call that faulted.")
+      }, py::arg("exc_type"), py::arg("exc"), py::arg("tb"),
+         "Waits for the queued calls; raises the KernelFault of a call that faulted.")
       .def_property_readonly("gpu_time", [](const BatchScope& s) { return s.state ? s.state->gpu_time() : 0.0; },
                              docs::kBatchGpuTime)
       .def_property_readonly("calls", [](const BatchScope& s) { return s.state ? s.state->calls() : uint64_t(0); },
