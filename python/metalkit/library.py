@@ -45,14 +45,17 @@ def _load(path: str) -> Any:
 class Library:
     """Kernels compiled from one MSL source. ``lib["name"]`` or ``lib.name`` is a Kernel.
 
+    ``lib.filename`` is the source's name, ``lib.backend`` the backend it was
+    compiled for ("cpu" or "metal"), ``lib.constants`` its function constants.
+
     >>> import metalkit
     >>> lib = metalkit.compile('''
     ... #include <metal_stdlib>
     ... using namespace metal;
     ... kernel void twice(device float* x [[buffer(0)]], uint i [[thread_position_in_grid]]) { x[i] *= 2; }
     ... ''')
-    >>> lib.kernels
-    ['twice']
+    >>> lib.kernels, lib.filename, "twice" in lib
+    (['twice'], '<source>', True)
     """
 
     def __init__(self, core: Any, filename: str, backend: str, constants: Constants | None = None,
