@@ -3,6 +3,8 @@ function and method a runnable example, and the examples run and give what they 
 import doctest
 import importlib
 import inspect
+import re
+from pathlib import Path
 
 import pytest
 
@@ -85,3 +87,22 @@ def test_call_keywords_are_documented():
     assert order in call.__doc__
     for doc in (metalkit.Kernel.__doc__, metalkit.run.__doc__):
         assert "(x, y, z) = (width, height, depth), the reverse of numpy's" in " ".join(doc.split())
+
+
+def readme_section(title: str) -> str:
+    text = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    return text.split(f"\n## {title}\n", 1)[1].split("\n## ", 1)[0]
+
+
+def test_readme_calling_a_kernel():
+    section = readme_section("Calling a kernel")
+    for kw in CALL_KEYWORDS:
+        assert f"| `{kw}` |" in section, kw
+    for env in ENV_DEFAULTS.values():
+        assert env in section, env
+    assert "(x, y, z) = (width, height, depth), the reverse of\nnumpy's shape order" in section
+    blocks = re.findall(r"```python\n(.*?)```", section, re.S)
+    assert blocks
+    import numpy as np
+    for code in blocks:  # its examples run (their asserts hold)
+        exec(compile(code, "README.md", "exec"), {"np": np, "mk": metalkit})
