@@ -37,7 +37,10 @@ def _build(path: str, include_dirs: list[str], defines: list[str], jobs: int | N
     import os
     import time
     import metalkit as mk
-    macros = dict(d.split("=", 1) if "=" in d else (d, 1) for d in defines)
+    macros: dict[str, object] = {}
+    for d in defines:
+        name, eq, value = d.partition("=")
+        macros[name] = value if eq else 1
     start = time.monotonic()
     try:
         lib = mk.load(path, include_dirs=include_dirs, defines=macros).build(jobs=jobs)

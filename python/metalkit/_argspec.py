@@ -23,7 +23,7 @@ class ArgSpec(NamedTuple):
     ('builtin', 'thread_position_in_grid')
     """
     name: str
-    index: int
+    index: int  # type: ignore[assignment]  # the [[buffer(n)]] index, over tuple.index
     kind: str
     dtype: Optional[np.dtype]
     msl_type: str
