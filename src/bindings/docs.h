@@ -69,8 +69,8 @@ parameter):
 - ``device``/``constant`` pointers take numpy arrays whose dtype is exactly the
   pointee type (no silent conversion; a ``float4*`` takes float32 arrays, four
   values an element). Arrays in device-shared memory (``metalkit.empty``,
-  ``zeros``, ``asarray``) and, on the CPU, any C-contiguous array are used in
-  place; others are copied, and written parameters copied back.
+  ``zeros``, ``asarray``) and, on the CPU, any aligned C-contiguous array are
+  used in place; others are copied, and written parameters copied back.
 - ``constant T&`` takes a Python or numpy scalar (range-checked), a vector
   type a tuple, a struct a ``numpy.void`` or bytes, a ``constant T x[N]``
   array exactly N values.
@@ -230,7 +230,8 @@ Calls in a batch take the same keywords as outside one (``help(metalkit.Kernel._
 checked at the call. On the CPU simulator each call runs at once, with its own
 ``check``, ``shuffle`` and ``timeout`` (defaults ``METALKIT_CHECK``,
 ``METALKIT_SHUFFLE``, ``METALKIT_TIMEOUT``); a fault or timeout is raised as a
-``KernelFault`` when the block exits. On Metal the three raise ``DispatchError``.
+``KernelFault`` when the block exits. On Metal ``check=True``, a ``shuffle``
+seed and ``timeout=`` raise ``DispatchError``.
 
 >>> import numpy as np, metalkit as mk
 >>> x = np.arange(4, dtype=np.float32); y = np.empty_like(x)
