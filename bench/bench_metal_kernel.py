@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 import metalkit as mk
-from metalkit._bench import per_call
+from metalkit._bench import per_call, ratio
 
 BODY = "uint i = thread_position_in_grid.x; if (i < a_shape[0]) out[i] = a[i] * 2 + 1;"
 
@@ -36,7 +36,7 @@ def main() -> None:
         fresh = lambda: kernel(a, shape, mk.empty(n), grid=(n, 1, 1), threadgroup=tg)
         t_mk, t_k, t_f = per_call(lambda: k(**call)), per_call(direct), per_call(fresh)
         print(f"{n:>10}{t_mk * 1e6:>20.1f}{t_k * 1e6:>14.1f}{t_f * 1e6:>20.1f}   "
-              f"metal_kernel / Kernel: {t_mk / t_k:.2f}x the time, / Kernel+empty: {t_mk / t_f:.2f}x")
+              f"{ratio(t_mk, t_k, 'metal_kernel / Kernel')}; {ratio(t_mk, t_f, 'metal_kernel / Kernel+empty')}")
 
 
 if __name__ == "__main__":

@@ -192,10 +192,11 @@ def _names(where: str, what: str, names: Any) -> list[str]:
 
 class _Input:
     """One input as the kernel receives it: the value bound, and what the signature says of it."""
-    __slots__ = ("value", "dtype", "shape", "strides", "space")
+    __slots__ = ("value", "dtype", "msl", "shape", "strides", "space")
 
-    def __init__(self, value: Any, dtype: np.dtype, shape: tuple, strides: tuple, space: str):
-        self.value, self.dtype, self.shape, self.strides, self.space = value, dtype, shape, strides, space
+    def __init__(self, value: Any, dtype: np.dtype, msl: str, shape: tuple, strides: tuple, space: str):
+        self.value, self.dtype, self.msl, self.shape, self.strides, self.space = \
+            value, dtype, msl, shape, strides, space
 
 
 class CustomKernel:
@@ -265,7 +266,7 @@ class CustomKernel:
         """
         where = f"metal_kernel {self.name!r}"
         args = self._inputs(where, inputs)
-        shapes, dtypes = self._outputs(where, output_shapes, output_dtypes)
+        shapes, dtypes, types = self._outputs(where, output_shapes, output_dtypes)
         grid3 = _dims(where, "grid", grid, 0)
         tg3 = _dims(where, "threadgroup", threadgroup, 1)
         targs = _template(where, template)
@@ -273,7 +274,7 @@ class CustomKernel:
             raise ArgumentError(f"{where}: init_value must be a number every output is filled with, "
                                 f"got {init_value!r}")
 
-        kernel_name, source = self._generate(args, dtypes, targs)
+        kernel_name, source = self._generate(args, dtypes, types, targs)
         if verbose:
             print(f"Generated source code for `{self.name}`:\n```\n{source}\n```")
         kernel = self._kernel(where, kernel_name, source)
@@ -314,22 +315,24 @@ class CustomKernel:
 
     def _input(self, where: str, name: str, x: Any) -> _Input:
         a = _as_array(where, name, x)
-        if _msl_name(a.dtype) is None:
+        t = _msl_name(a.dtype)
+        if t is None:
             raise ArgumentError(f"{where}: input {name!r} has dtype {a.dtype}, which Metal has no type for; "
                                 f"pass {_dtype_fix(a.dtype, name)}")
         if a.ndim == 0:
-            return _Input(a[()], a.dtype, (), (), "scalar")
+            return _Input(a[()], a.dtype, t, (), (), "scalar")
         space = "constant" if a.size < _CONSTANT_INPUT_ELEMENTS else "device"
         dense = _row_major_strides(a.shape)
         if a.flags.c_contiguous:
-            return _Input(a, a.dtype, a.shape, dense, space)
+            return _Input(a, a.dtype, t, a.shape, dense, space)
         if not self.ensure_row_contiguous:
             view = _in_place(a)
             if view is not None:
-                return _Input(view, a.dtype, a.shape, _element_strides(a, dense), space)
-        return _Input(np.ascontiguousarray(a), a.dtype, a.shape, dense, space)
+                return _Input(view, a.dtype, t, a.shape, _element_strides(a, dense), space)
+        return _Input(np.ascontiguousarray(a), a.dtype, t, a.shape, dense, space)
 
-    def _outputs(self, where: str, shapes: Any, dtypes: Any) -> tuple[list[tuple], list[np.dtype]]:
+    def _outputs(self, where: str, shapes: Any, dtypes: Any) -> tuple[list[tuple], list[np.dtype], list[str]]:
+        """Each output's shape, dtype and MSL type."""
         n = len(self.output_names)
         for what, given in (("output_shapes", shapes), ("output_dtypes", dtypes)):
             if isinstance(given, (str, bytes)) or not isinstance(given, Sequence):
@@ -339,23 +342,25 @@ class CustomKernel:
                 raise ArgumentError(f"{where}: got {len(given)} {what} for {n} output names "
                                     f"({', '.join(self.output_names)}); pass one per output, in order")
         out_shapes = [_shape(where, o, s) for o, s in zip(self.output_names, shapes)]
-        out_dtypes = []
+        out_dtypes, out_types = [], []
         for o, d in zip(self.output_names, dtypes):
             try:
                 dt = np.dtype(d)
             except TypeError:
                 raise ArgumentError(f"{where}: output_dtypes entry for {o!r} is {d!r}, not a numpy dtype; "
                                     "pass one such as np.float32") from None
-            if _msl_name(dt) is None:
+            t = _msl_name(dt)
+            if t is None:
                 native = dt.newbyteorder("=")
                 fix = f"np.{native.name} (native byte order)" if _msl_name(native) else "np.float32 or another " \
                     "type Metal has (float16, bfloat16, bool, 8- to 64-bit integers)"
                 raise ArgumentError(f"{where}: output {o!r} has dtype {dt}, which Metal has no type for; pass {fix} "
                                     "in output_dtypes")
             out_dtypes.append(dt)
-        return out_shapes, out_dtypes
+            out_types.append(t)
+        return out_shapes, out_dtypes, out_types
 
-    def _generate(self, args: list[_Input], out_dtypes: list[np.dtype],
+    def _generate(self, args: list[_Input], out_dtypes: list[np.dtype], out_types: list[str],
                   targs: list[tuple[str, str, str]]) -> tuple[str, str]:
         """The kernel's name and full source for these input kinds, output dtypes and template arguments."""
         key = (tuple((a.dtype, a.space) for a in args), tuple(out_dtypes), tuple(targs))
@@ -367,14 +372,13 @@ class CustomKernel:
         if targs:
             kernel_name += "_" + "".join("_" + _name_part(v) for _, _, v in targs)
         for a in args:
-            kernel_name += "_" + _msl_name(a.dtype) + {"scalar": "s", "constant": "c", "device": ""}[a.space]
-        for dt in out_dtypes:
-            kernel_name += "_" + _msl_name(dt)
+            kernel_name += "_" + a.msl + {"scalar": "s", "constant": "c", "device": ""}[a.space]
+        for t in out_types:
+            kernel_name += "_" + t
 
-        params = []
+        params: list[str] = []
         for n, a, (shape, strides, ndim) in zip(self.input_names, args, self._shape_info):
-            t = _msl_name(a.dtype)
-            i = len(params)
+            t, i = a.msl, len(params)
             if a.space == "scalar":
                 params.append(f"  const constant {t}& {n} [[buffer({i})]]")
                 continue
@@ -384,9 +388,9 @@ class CustomKernel:
                                (ndim, f"const constant int& {n}_ndim")):
                 if used:
                     params.append(f"  {decl} [[buffer({len(params)})]]")
-        for n, dt in zip(self.output_names, out_dtypes):
-            t = f"atomic<{_msl_name(dt)}>" if self.atomic_outputs else _msl_name(dt)
-            params.append(f"  device {t}* {n} [[buffer({len(params)})]]")
+        for n, t in zip(self.output_names, out_types):
+            elem = f"atomic<{t}>" if self.atomic_outputs else t
+            params.append(f"  device {elem}* {n} [[buffer({len(params)})]]")
         params += self._builtins
 
         parts = [PRELUDE, self.header, "\n"]
