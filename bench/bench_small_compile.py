@@ -33,6 +33,7 @@ from pathlib import Path
 import numpy as np
 
 import metalkit as mk
+from metalkit._bench import ratio, times as factor
 from metalkit.msl import cache, pch, toolchain
 
 HEADER = "#include <metal_stdlib>\nusing namespace metal;\n"
@@ -153,14 +154,14 @@ def main() -> None:
     pch.ENABLED = True
     print(f"compiler: {tc.kind} {tc.path} ({tc.version()}); {os.cpu_count()} cores, load average "
           f"{os.getloadavg()[0]:.1f}; median of {args.reps} cold compiles each way, wall time (CPU time)")
-    print(f"{'kernel':<12} {'before':>16} {'now':>16}   now / before")
+    print(f"{'kernel':<12} {'before':>16} {'now':>16}")
     rows = list(times.items())
     rows.append(("all", {e: [x for t in times.values() for x in t[e]] for e in (False, True)}))
     for kind, t in rows:
         (before, before_cpu), (now, now_cpu) = ([statistics.median(x[i] for x in t[e]) for i in (0, 1)]
                                                 for e in (False, True))
         print(f"{kind:<12} {before * 1e3:5.0f} ({before_cpu * 1e3:3.0f}) ms {now * 1e3:5.0f} ({now_cpu * 1e3:3.0f}) ms"
-              f"   {now / before:.2f}x the time ({now_cpu / before_cpu:.2f}x the CPU time)"
+              f"   {ratio(now, before, 'now / before')}; CPU {factor(now_cpu / before_cpu)} the time"
               + ("  (goal: now < 100 ms)" if kind == "all" else ""))
     headers = list((cache.cache_dir() / "pch").glob("*.pch"))
     print(f"first compile into an empty cache (imports the front end, builds the precompiled header once): "
