@@ -82,6 +82,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=3)
     args = ap.parse_args()
     import metalkit
+    from metalkit._bench import ratio
     print(f"metalkit device: {metalkit.device().name} ({metalkit.device().backend}); {os.cpu_count()} cores")
     with tempfile.TemporaryDirectory() as d:
         rows = {name: run(Path(d), args.steps) for name in ("cold", "warm")}
@@ -90,7 +91,7 @@ def main() -> None:
         print(f"{name}: {len(c)} kernels, compiling {sum(c):.2f} s (median {statistics.median(c) * 1000:.0f} ms a kernel), "
               f"loop {r['wall']:.2f} s wall")
     cold, warm = rows["cold"]["wall"], rows["warm"]["wall"]
-    print(f"cold / warm: {cold / warm:.1f}x the time; compiling is {sum(rows['cold']['compiles']) / cold:.0%} of the cold run")
+    print(f"{ratio(cold, warm, 'cold / warm')}; compiling is {sum(rows['cold']['compiles']) / cold:.0%} of the cold run")
 
 
 if __name__ == "__main__":
