@@ -123,7 +123,7 @@ void register_rules(py::module_& m) {
     s.kind = kind_named(kind);
     s.writable = writable;
     s.space = Space(space);
-    const char* names[] = {"bound", "bytes", "wrap", "stage", "empty"};
+    const char* names[] = {"bound", "bytes", "wrap", "stage", "empty", "unbound"};
     return names[int(route_buffer(s, in_device_buffer, address, nbytes, offset, page))];
   });
   r.def("staging_capacity", &staging_capacity);
@@ -171,9 +171,9 @@ void register_rules(py::module_& m) {
     return flushes;
   });
   r.def("route_access", [](const std::string& route) {
-    const char* routes[] = {"bound", "bytes", "wrap", "stage", "empty"};
+    const char* routes[] = {"bound", "bytes", "wrap", "stage", "empty", "unbound"};
     const char* names[] = {"direct", "mapped", "copyin"};
-    for (int i = 0; i < 5; ++i)
+    for (int i = 0; i < 6; ++i)
       if (route == routes[i]) return std::string(names[int(host_access_for(BufferRoute(i)))]);
     throw py::value_error("unknown route '" + route + "'");
   });

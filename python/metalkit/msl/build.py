@@ -301,7 +301,7 @@ def _compile(tc, opts: Options, key: str, kernels) -> cache.Entry:
             raise CompileError(f"kernels=: no kernel named {missing[0]!r} in {opts.filename}; check the name "
                                "(a template is named by its host_name instantiations)", filename=opts.filename)
         module = tmp / "module.cpp"
-        module.write_text(result.text + "\n" + codegen.launchers(result.kernels))
+        module.write_text(result.text + "\n" + codegen.launchers(result.kernels, result.structs))
         out = tmp / "module.so"
         _run(tc.compile(str(module), str(out), opts.fast_math), opts.source, opts.filename)
         return cache.store(key, out, _deps(result, opts), [k.host_name for k in result.kernels])
