@@ -327,7 +327,7 @@ py::object PyKernel::call(py::args args, py::kwargs kwargs) {
       // mode gives it no bytes between guards, so a read names the parameter.
       b.none = true;
       if (check) {
-        made.push_back(py::array(py::dtype("uint8"), {py::ssize_t(0)}));
+        made.push_back(MK_PY_ATTR("numpy", "empty")(0, "uint8"));
         arrays.push_back({slot.param, made.back(), true, {}});
       }
     } else {

@@ -96,8 +96,8 @@ std::string near_argument(const KernelSpec& spec, const Launch& l, uintptr_t add
     }
     return best;
   };
-  std::string best = guarded ? nearest(true) : "";
   // A None's checked stand-in (no bytes between guards), or its null pointer near address 0.
+  std::string best;
   for (size_t i = 0; i < l.args.size() && best.empty(); ++i) {
     const ArgSpec& a = spec.args[i];
     if (a.kind != ArgKind::Buffer || !l.args[i].none) continue;
@@ -106,6 +106,7 @@ std::string near_argument(const KernelSpec& spec, const Launch& l, uintptr_t add
       best = "through parameter '" + a.name + "' [[buffer(" + std::to_string(a.index) +
              ")]], which the call passed None (element " + element(int64_t(addr - lo), a.elem_size) + ")";
   }
+  if (best.empty() && guarded) best = nearest(true);
   int slot;
   int64_t offset;
   if (best.empty() && checked_threadgroup_slot(addr, &slot, &offset)) {

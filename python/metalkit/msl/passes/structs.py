@@ -75,12 +75,15 @@ def _close(toks, i: int) -> int:
 
 
 def _is_class_head(head: list[str]) -> bool:
-    depth = 0
+    """Whether a '{' after these tokens opens a class body (not an initializer, an enum or a function)."""
+    depth, key = 0, False
     for x in head:
         depth += (x == "<") - (x == ">") - 2 * (x == ">>")
-        if depth == 0 and x in _CLASS_KEYS:
-            return "enum" not in head and "=" not in head and "(" not in head
-    return False
+        if depth == 0:
+            if x in ("=", "(", "enum"):
+                return False
+            key = key or x in _CLASS_KEYS
+    return key
 
 
 def _struct(unit: Unit, a: int, brace: int, end: int, scope) -> StructDef | None:
