@@ -4,7 +4,7 @@ import importlib
 
 import pytest
 
-MODULES = ["metalkit", "metalkit.library", "metalkit.bundled", "metalkit.arrays", "metalkit._device"]
+MODULES = ["metalkit", "metalkit.library", "metalkit.bundled", "metalkit.arrays", "metalkit._device", "metalkit._structs"]
 
 
 @pytest.mark.parametrize("name", MODULES)

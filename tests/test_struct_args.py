@@ -350,3 +350,36 @@ def test_bfloat_buffers_and_dtype(device, rng):
                                   .astype(np.float32))
     with pytest.raises(mk.ArgumentError, match=r"takes elements of dtype bfloat16, got an array of dtype float16"):
         lib.k(x.astype(np.float16), y)
+
+
+def _member(name, offset, type_, width=1, columns=0, arrays=(), fields=None):
+    """A struct member as Metal's reflection reports it (MTLStructMember / MTLArrayType)."""
+    return (name, offset, type_, width, columns, False, list(arrays), fields)
+
+
+# Offsets as the MSL specification lays these structs out (Apple's compiler reports them per member).
+REFLECTED = {
+    "vectors": ([_member("h", 0, "half", 2), _member("p", 4, "float", 3), _member("f", 16, "float", 3),
+                 _member("b", 32, "bool"), _member("l", 40, "long"), _member("c", 48, "char"),
+                 _member("h4", 56, "half", 4)], 64, 16),
+    "matrices_and_arrays": ([_member("m", 0, "float", 4, 4), _member("m3", 64, "float", 3, 3),
+                             _member("arr", 112, "int", arrays=[(3, 4)]),
+                             _member("v3", 128, "float", 3, arrays=[(2, 16)]),
+                             _member("pk", 160, "float", 3, arrays=[(2, 12)]),
+                             _member("m23", 192, "float", 3, 2)], 224, 16),
+    "nested": ([_member("k", 0, "uint"), _member("in", 16, "struct", fields=[_member("a", 0, "float"),
+                                                                             _member("v", 16, "float", 4)]),
+                _member("many", 48, "struct", arrays=[(2, 32)],
+                        fields=[_member("a", 0, "float"), _member("v", 16, "float", 4)]),
+                _member("tail", 112, "ushort")], 128, 16),
+}
+
+
+@pytest.mark.parametrize("case", sorted(REFLECTED))
+def test_metal_reflection_gives_the_layout_the_cpu_compiler_gives(case):
+    decls, type_, size, _ = CASES[case]
+    mk.use("cpu")
+    cpu = build(f"{decls}\nkernel void k(constant {type_}& s [[buffer(0)]]) {{}}").k.args[0].dtype
+    members, size, align = REFLECTED[case]
+    from metalkit import _core
+    assert _core.metal_rules.struct_dtype(members, size, align) == cpu

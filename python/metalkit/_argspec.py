@@ -11,7 +11,9 @@ class ArgSpec(NamedTuple):
     name: str
     index: int            # [[buffer(n)]] / [[threadgroup(n)]], -1 for builtins
     kind: str
-    dtype: Optional[np.dtype]   # element dtype (None for structs and builtins)
+    dtype: Optional[np.dtype]   # element dtype; a struct's structured dtype with the kernel's layout
+                                # (np.zeros((), dtype) builds a value); None for builtins and for a
+                                # struct metalkit cannot describe (it takes bytes of elem_size)
     msl_type: str         # element scalar type as MSL spells it
     vec_width: int        # 2/3/4 for vector elements
     writable: bool

@@ -19,8 +19,11 @@ class Kernel:
     (inside ``metalkit.batch()``: checks the arguments and queues the call)."""
     def __call__(self, *args: Any, grid: Optional[_Dims] = None, threadgroup: Optional[_Dims] = None,
                  threadgroup_memory: Optional[Mapping[int, int]] = None, check: Optional[bool] = None,
-                 shuffle: Optional[int] = None, timeout: Optional[float] = None) -> None:
-        """Run and wait. CPU simulator options: ``check=True`` runs every array on a copy
+                 shuffle: Optional[int] = None, timeout: Optional[float] = None, **params: Any) -> None:
+        """Run and wait. Arguments bind to the buffer and scalar parameters in buffer-index order,
+        or by parameter name (``k(x, out=y, n=5)``); the keywords below win over a parameter of
+        the same name, which is then passed positionally. ``None`` stands for a buffer the kernel
+        does not read (unbound: a null pointer, nil on Metal). CPU simulator options: ``check=True`` runs every array on a copy
         ending right below an inaccessible page (an index past the end raises KernelFault naming the
         parameter; the caller's arrays are untouched); ``shuffle=seed`` runs each group's
         threads in a seeded random order (0: index order) to expose missing barriers;

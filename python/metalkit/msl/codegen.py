@@ -50,7 +50,11 @@ def layouts(structs: list[StructDef]) -> list[str]:
     instantiated for a struct a kernel parameter uses.
     """
     out = ["#pragma clang diagnostic push", '#pragma clang diagnostic ignored "-Winvalid-offsetof"', "namespace mk {"]
+    seen = set()
     for s in structs:
+        if s.qualified in seen:
+            continue  # one table per type
+        seen.add(s.qualified)
         head = ", ".join(s.params + ["class __mk_V"])
         rows = [f"  field<decltype(__S::{m})>({_c_string(m)}, __builtin_offsetof(__S, {m}))," for m in s.members]
         out.append(f"template <{head}> struct fields<{s.qualified}, __mk_V> {{")

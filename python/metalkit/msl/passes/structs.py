@@ -19,6 +19,7 @@ _CLASS_KEYS = ("struct", "class", "union")
 _NOT_DATA = {"static", "typedef", "using", "friend", "template", "static_assert", "constexpr", "inline",
              "virtual", "operator", "explicit", "~"}
 _ACCESS = {"public", "private", "protected"}
+_SPACES = {"device", "constant", "thread", "threadgroup", "threadgroup_imageblock", "ray_data", "object_data"}
 
 
 def find(unit: Unit) -> None:
@@ -119,6 +120,8 @@ def _struct(unit: Unit, a: int, brace: int, end: int, scope) -> StructDef | None
         k += 1
         if k < brace and toks[k].text == "<":  # a specialization: S<float>, S<T*>
             close = match_angle(toks, k)
+            if any(x.text in _SPACES for x in toks[k:close + 1]):
+                return None  # S<device T*>: the overloads pass keeps one of these, rewritten
             spec_args = " ".join(x.text for x in toks[k:close + 1])
             k = close + 1
     bases = any(toks[x].text == ":" for x in range(k, brace))
