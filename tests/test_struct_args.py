@@ -229,7 +229,7 @@ def test_keyword_arguments(device, rng):
     want = y.copy()
     want[:37] += np.float32(1.5) * x[:37]
     k(x, n=37, a=1.5, y=y, grid=50)
-    np.testing.assert_allclose(y, want, rtol=1e-6)
+    np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-6)  # the kernel may fuse a * x + y
     with pytest.raises(mk.ArgumentError, match=r"kernel 'axpy' got two values for parameter 'x' "
                                                r"\(device const float\* x \[\[buffer\(0\)\]\]\): argument 1 and x=; pass it once"):
         k(x, y, 1.0, 3, x=x)
@@ -239,7 +239,7 @@ def test_keyword_arguments(device, rng):
     with pytest.raises(mk.ArgumentError, match=r"kernel 'axpy' is missing 2 arguments for parameter 'a' "
                                                r"\(constant float& a \[\[buffer\(2\)\]\]\), parameter 'n' .*; pass them"):
         k(x, y)
-    assert np.allclose(y, want)  # nothing ran
+    np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-6)  # nothing ran
 
 
 def test_a_parameter_named_like_a_call_keyword_is_passed_positionally(device, rng):
@@ -383,3 +383,10 @@ def test_metal_reflection_gives_the_layout_the_cpu_compiler_gives(case):
     members, size, align = REFLECTED[case]
     from metalkit import _core
     assert _core.metal_rules.struct_dtype(members, size, align) == cpu
+
+
+def test_the_layout_helpers_examples():
+    import doctest
+    from metalkit import _structs
+    result = doctest.testmod(_structs)
+    assert result.attempted >= 3 and result.failed == 0

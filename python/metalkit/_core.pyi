@@ -1,10 +1,12 @@
-"""Type stubs for metalkit's compiled core (``metalkit._core``)."""
-from types import TracebackType
+"""Type stubs for metalkit's compiled core (``metalkit._core``); tests/test_stub.py checks they match it."""
+import sys
+from types import ModuleType, TracebackType
 from typing import Any, Mapping, Optional, Sequence, Union
 
 from ._argspec import ArgSpec
 
 _Dims = Union[int, Sequence[int]]
+_Constants = Mapping[Union[str, int], Union[bool, int, float]]
 
 class Buffer:
     """Device memory shared with the host; numpy views it through the buffer protocol."""
@@ -15,29 +17,16 @@ def allocate(nbytes: int) -> Buffer: ...
 def allocate_guarded(nbytes: int, align: int) -> Buffer: ...
 
 class Kernel:
-    """A compute kernel. Calling it binds arguments, dispatches and waits
-    (inside ``metalkit.batch()``: checks the arguments and queues the call)."""
-    def __call__(self, *args: Any, grid: Optional[_Dims] = None, threadgroup: Optional[_Dims] = None,
-                 threadgroup_memory: Optional[Mapping[int, int]] = None, check: Optional[bool] = None,
-                 shuffle: Optional[int] = None, timeout: Optional[float] = None, **params: Any) -> None:
-        """Run and wait. Arguments bind to the buffer and scalar parameters in buffer-index order,
-        or by parameter name (``k(x, out=y, n=5)``); the keywords below win over a parameter of
-        the same name, which is then passed positionally. ``None`` stands for a buffer the kernel
-        does not read (unbound: a null pointer, nil on Metal). CPU simulator options: ``check=True`` runs every array on a copy
-        ending right below an inaccessible page (an index past the end raises KernelFault naming the
-        parameter; the caller's arrays are untouched); ``shuffle=seed`` runs each group's
-        threads in a seeded random order (0: index order) to expose missing barriers;
-        ``timeout=seconds`` stops a kernel still running after that long with a KernelFault
-        naming the kernel, the limit and how many threadgroups completed (``math.inf``: no
-        limit). Defaults come from METALKIT_CHECK, METALKIT_SHUFFLE and METALKIT_TIMEOUT.
-
-        Ctrl-C stops a kernel called from the main thread within a few tens of milliseconds and
-        raises KeyboardInterrupt at the call (or whatever the SIGINT handler raises; if it
-        raises nothing, a KernelFault). After a timeout or an interrupt the arrays the kernel
-        writes are partly written (staged copies are not copied back); the process and later
-        calls are unaffected. On Metal a committed command buffer cannot be stopped:
-        ``timeout=`` is refused with a DispatchError, METALKIT_TIMEOUT does not apply, and
-        Ctrl-C waits for the GPU."""
+    """A compiled compute kernel; calling it runs the kernel and waits (see ``__call__``)."""
+    def __call__(self, *args: Any, grid: Optional[_Dims] = None, threadgroups: Optional[_Dims] = None,
+                 threadgroup: Optional[_Dims] = None, threadgroup_memory: Optional[Mapping[int, int]] = None,
+                 check: Optional[bool] = None, shuffle: Optional[int] = None, timeout: Optional[float] = None,
+                 **params: Any) -> None:
+        """Run and wait: ``grid``/``threadgroups``/``threadgroup`` are (x, y, z) = (width, height, depth);
+        ``check``, ``shuffle`` and ``timeout`` are the CPU simulator's (defaults: METALKIT_CHECK,
+        METALKIT_SHUFFLE, METALKIT_TIMEOUT). Arguments bind in buffer-index order, then by parameter
+        name (``**params``); ``None`` for a buffer the kernel does not read.
+        ``help(metalkit.Kernel.__call__)`` tells each in full."""
     @property
     def name(self) -> str: ...
     @property
@@ -67,6 +56,7 @@ class Kernel:
 class Batch:
     """What ``metalkit.batch()`` returns: a context manager that queues the kernel calls
     made in its block and waits for them once, at its end. Nested blocks share one batch."""
+    def __init__(self) -> None: ...
     def __enter__(self) -> Batch: ...
     def __exit__(self, exc_type: Optional[type[BaseException]], exc: Optional[BaseException],
                  tb: Optional[TracebackType]) -> bool: ...
@@ -81,6 +71,7 @@ def _emulate_gpu_batches(on: bool) -> None:
     """Tests only: CPU calls in a batch are queued and run at its end, as on a GPU."""
 
 class Library:
+    """A loaded module's kernels (``metalkit.Library`` wraps it)."""
     @property
     def kernel_names(self) -> list[str]: ...
     def kernel(self, name: str) -> Optional[Kernel]:
@@ -88,3 +79,12 @@ class Library:
         (it uses a function constant that was given no value)."""
 
 def load_cpu_library(path: str) -> Library: ...
+
+metal_rules: ModuleType  # the Metal backend's decisions, callable on every platform (tests)
+
+if sys.platform == "darwin":  # built with the Metal backend
+    def metal_device() -> dict[str, Any]: ...
+    def metal_compile(source: str, filename: str, constants: _Constants, fast_math: bool,
+                      kernels: Any) -> Library: ...
+    def metal_load_metallib(path: str, constants: _Constants) -> Library: ...
+    def metal_allocate(nbytes: int) -> Buffer: ...
