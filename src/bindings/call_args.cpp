@@ -21,14 +21,14 @@ std::string closest(const std::string& key, const std::vector<std::string>& name
 }  // namespace
 
 std::vector<py::handle> match_arguments(const KernelSpec& spec, const std::vector<int>& slot_params,
-                                        const py::args& args, const NamedArgs& named, const std::string& signature,
-                                        const char* call_keywords) {
+                                        const py::args& args, const NamedArgs& named,
+                                        const std::function<std::string()>& signature, const char* call_keywords) {
   const std::string& k = spec.name;
   const size_t n = slot_params.size();
   if (args.size() > n)
     throw ArgumentError("kernel '" + k + "' takes " + std::to_string(n) + " argument" + (n == 1 ? "" : "s") +
                         " but " + std::to_string(args.size()) + (args.size() == 1 ? " was" : " were") +
-                        " given: " + signature);
+                        " given: " + signature());
   std::vector<py::handle> out(n);
   for (size_t i = 0; i < args.size(); ++i) out[i] = args[i];
   for (const auto& [key, value] : named) {
@@ -46,7 +46,7 @@ std::vector<py::handle> match_arguments(const KernelSpec& spec, const std::vecto
         if (!w.empty() && w.back() == '=') names.push_back(w.substr(0, w.size() - 1));
       }
       throw ArgumentError("kernel '" + k + "' has no parameter named '" + key + "'" + closest(key, names) +
-                          "; it takes " + signature + ", and the call's own keywords are " + call_keywords);
+                          "; it takes " + signature() + ", and the call's own keywords are " + call_keywords);
     }
     if (out[slot])
       throw ArgumentError("kernel '" + k + "' got two values for " + describe_param(spec.args[slot_params[slot]]) +
@@ -62,7 +62,7 @@ std::vector<py::handle> match_arguments(const KernelSpec& spec, const std::vecto
   if (count)
     throw ArgumentError("kernel '" + k + "' is missing " + (count == 1 ? "an argument" : std::to_string(count) + " arguments") +
                         " for " + missing + "; pass " + (count == 1 ? "it" : "them") +
-                        " in order or by name (None for a buffer the kernel does not read): " + signature);
+                        " in order or by name (None for a buffer the kernel does not read): " + signature());
   return out;
 }
 

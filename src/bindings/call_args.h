@@ -3,6 +3,7 @@
 #pragma once
 #include <pybind11/pybind11.h>
 
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -19,7 +20,8 @@ using NamedArgs = std::vector<std::pair<std::string, pybind11::handle>>;
 // in call_keywords as "grid=, threadgroup=, ..."), and missing arguments.
 std::vector<pybind11::handle> match_arguments(const KernelSpec& spec, const std::vector<int>& slot_params,
                                               const pybind11::args& args, const NamedArgs& named,
-                                              const std::string& signature, const char* call_keywords);
+                                              const std::function<std::string()>& signature,
+                                              const char* call_keywords);
 
 // None for a scalar parameter: ArgumentError (only a buffer may be left unbound).
 [[noreturn]] void none_for_scalar(const std::string& kernel, const ArgSpec& s);

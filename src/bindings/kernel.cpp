@@ -134,6 +134,7 @@ PyKernel::PyKernel(std::shared_ptr<KernelImpl> impl) : impl_(std::move(impl)) {
       s.scalar_offset = scratch_bytes_;
       scratch_bytes_ += std::max<uint64_t>(args[p].value_size(), 16);
     }
+    slot_params_.push_back(p);
     slots_.push_back(std::move(s));
   }
 }
@@ -190,7 +191,8 @@ bool PyKernel::check_array(const ArgSpec& s, const Slot& slot, py::handle obj) c
     if (dt.attr("hasobject").cast<bool>())
       throw ArgumentError("kernel '" + kname + "': " + describe_param(s) +
                           " cannot take an array holding Python objects; use a dtype of plain numbers");
-    ok = dt.kind() == 'V' && dt.attr("type").ptr() != MK_PY_ATTR("ml_dtypes", "bfloat16").ptr() &&
+    const auto* typeobj = reinterpret_cast<PyObject*>(py::detail::array_descriptor_proxy(a->descr)->typeobj);
+    ok = dt.kind() == 'V' && typeobj != MK_PY_ATTR("ml_dtypes", "bfloat16").ptr() &&  // bfloat16's kind is V too
          uint64_t(dt.itemsize()) == s.elem_size;
     if (ok) check_struct_dtype(kname, s, dt, slot.dtype);
   } else {
@@ -292,9 +294,8 @@ py::object PyKernel::call(py::args args, py::kwargs kwargs) {
       named.emplace_back(std::move(key), item.second);  // a parameter by name
     }
   }
-  std::vector<int> slot_params;
-  for (const Slot& slot : slots_) slot_params.push_back(slot.param);
-  const std::vector<py::handle> values = match_arguments(sp, slot_params, args, named, signature(), kCallKeywords);
+  const std::vector<py::handle> values =
+      match_arguments(sp, slot_params_, args, named, [this] { return signature(); }, kCallKeywords);
 
   Launch launch;
   launch.args.resize(sp.args.size());

@@ -45,6 +45,7 @@ class PyKernel {
   std::shared_ptr<KernelImpl> impl_;
   std::vector<pybind11::object> dtypes_;  // per parameter: numpy dtype of its elements (None: builtins, unknown structs)
   std::vector<Slot> slots_;    // ordered by buffer index
+  std::vector<int> slot_params_;  // each slot's parameter, for matching arguments
   std::vector<int> threadgroup_params_;
   uint64_t scratch_bytes_ = 0;
   uint64_t scratch_align_ = 16;  // the largest scalar alignment
