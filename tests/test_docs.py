@@ -73,7 +73,7 @@ def test_examples_are_in_modules_the_doctests_run():
 def test_call_keywords_are_documented():
     call = metalkit.Kernel.__call__
     params = list(inspect.signature(call).parameters)
-    assert params == ["args"] + CALL_KEYWORDS  # what help() shows
+    assert params == ["args"] + CALL_KEYWORDS + ["params"]  # what help() shows; params: parameters by name
     assert [p for p in inspect.signature(metalkit.run).parameters if p not in ("name", "args")] == CALL_KEYWORDS
     for kw in CALL_KEYWORDS:
         assert f"``{kw}``:" in call.__doc__, kw                 # its own entry in __call__

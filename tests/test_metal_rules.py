@@ -37,7 +37,9 @@ DEVICE, CONSTANT = 1, 2
     ("buffer", True, DEVICE, False, PAGE * 3, PAGE * 2, 0, "wrap"),  # page-aligned whole pages: no copy
     ("buffer", True, DEVICE, False, PAGE * 3, PAGE * 2 + 4, 0, "stage"),
     ("buffer", True, DEVICE, False, PAGE + 64, PAGE * 2, 0, "stage"),
-    ("buffer", True, DEVICE, False, 0, 0, 0, "empty"),
+    ("buffer", True, DEVICE, False, 4096, 0, 0, "empty"),
+    ("scalar", False, CONSTANT, False, 0, 0, 0, "empty"),
+    ("buffer", False, DEVICE, False, 0, 0, 0, "unbound"),            # None: setBuffer:nil
 ])
 def test_route_buffer(kind, writable, space, in_buffer, address, nbytes, offset, route):
     assert rules.route_buffer(kind, writable, space, in_buffer, address, nbytes, offset, PAGE) == route

@@ -17,7 +17,7 @@ import pytest
 
 from conftest import build
 
-import ml_dtypes  # a test dependency (pip install .[test])
+import ml_dtypes  # a dependency of metalkit's
 
 BF16 = ml_dtypes.bfloat16
 

@@ -53,6 +53,8 @@ def stub_params(fn: ast.FunctionDef) -> list[str]:
     if a.vararg:
         names.append("*" + a.vararg.arg)
     names += [x.arg for x in a.kwonlyargs]
+    if a.kwarg:
+        names.append("**" + a.kwarg.arg)
     return [n for n in names if n != "self"]
 
 
@@ -74,7 +76,8 @@ def runtime_params(fn: object) -> list[str]:
                 part += ch
         names = [p.split(":")[0].split("=")[0].strip() for p in parts + [part] if p.strip()]
         return [n for n in names if n != "self"]
-    return [("*" if p.kind is p.VAR_POSITIONAL else "") + p.name for p in sig.parameters.values() if p.name != "self"]
+    stars = {inspect.Parameter.VAR_POSITIONAL: "*", inspect.Parameter.VAR_KEYWORD: "**"}
+    return [stars.get(p.kind, "") + p.name for p in sig.parameters.values() if p.name != "self"]
 
 
 def test_module_names_match():

@@ -40,7 +40,9 @@ _FIELDS = {
     "index": "Its ``[[buffer(n)]]`` or ``[[threadgroup(n)]]`` index n (int); -1 for builtins.",
     "kind": 'What the call passes (str): "buffer" (an array), "scalar" (a value: scalar, vector, struct or '
             'fixed-length array), "threadgroup" (sized by threadgroup_memory=) or "builtin" (not passed).',
-    "dtype": "The numpy dtype of one element's scalars (numpy.dtype); None for structs and builtins.",
+    "dtype": "The numpy dtype of one element's scalars (numpy.dtype); for a struct, a structured dtype with the "
+             "layout the kernel reads (``np.zeros((), dtype)`` builds a value, ``np.zeros(n, dtype)`` an array); "
+             "None for builtins and for a struct metalkit cannot describe (it takes ``elem_size`` bytes).",
     "msl_type": 'The element\'s scalar type as MSL spells it (str): "float", "uint", "half"...',
     "vec_width": "Scalars per element (int): 2, 3 or 4 for vector types, else 1.",
     "writable": "Whether the kernel may write it (bool): a buffer not declared const.",

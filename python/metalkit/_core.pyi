@@ -20,10 +20,13 @@ class Kernel:
     """A compiled compute kernel; calling it runs the kernel and waits (see ``__call__``)."""
     def __call__(self, *args: Any, grid: Optional[_Dims] = None, threadgroups: Optional[_Dims] = None,
                  threadgroup: Optional[_Dims] = None, threadgroup_memory: Optional[Mapping[int, int]] = None,
-                 check: Optional[bool] = None, shuffle: Optional[int] = None, timeout: Optional[float] = None) -> None:
+                 check: Optional[bool] = None, shuffle: Optional[int] = None, timeout: Optional[float] = None,
+                 **params: Any) -> None:
         """Run and wait: ``grid``/``threadgroups``/``threadgroup`` are (x, y, z) = (width, height, depth);
         ``check``, ``shuffle`` and ``timeout`` are the CPU simulator's (defaults: METALKIT_CHECK,
-        METALKIT_SHUFFLE, METALKIT_TIMEOUT). ``help(metalkit.Kernel.__call__)`` tells each in full."""
+        METALKIT_SHUFFLE, METALKIT_TIMEOUT). Arguments bind in buffer-index order, then by parameter
+        name (``**params``); ``None`` for a buffer the kernel does not read.
+        ``help(metalkit.Kernel.__call__)`` tells each in full."""
     @property
     def name(self) -> str: ...
     @property

@@ -157,11 +157,12 @@ void convert_scalar(const std::string& k, const ArgSpec& s, py::handle v, void* 
     if (py::isinstance<py::array>(v) && !(py::reinterpret_borrow<py::array>(v).flags() & py::array::c_style))
       fail(k, s, "needs C-contiguous bytes for its struct");
     if (!put_bytes(v, s.elem_size, dst, &got)) {
+      const std::string make = "np.zeros((), kernel.args[" + std::to_string(s.position) + "].dtype)";
       if (got == size_t(-1))
-        fail(k, s, "is a struct of " + std::to_string(s.elem_size) +
-                       " bytes; pass a numpy.void / structured scalar or bytes of that size");
+        fail(k, s, "is a struct of " + std::to_string(s.elem_size) + " bytes; pass a struct value built with " + make +
+                       " (fields set by name), or bytes of that size");
       fail(k, s, "is a struct of " + std::to_string(s.elem_size) + " bytes but got " + std::to_string(got) +
-                     " bytes; check the field layout (numpy dtype with align=True matches C)");
+                     " bytes; build it with " + make + ", which has the kernel's layout");
     }
     return;
   }

@@ -15,11 +15,12 @@ inline constexpr const char* kKernel = R"doc(A compiled compute kernel: ``lib["n
 Calling it runs the kernel and waits (inside ``metalkit.batch()``, it checks the
 arguments and queues the call)::
 
-    kernel(*args, )doc" MK_CALL_KEYWORDS R"doc()
+    kernel(*args, )doc" MK_CALL_KEYWORDS R"doc(, **params)
 
 Positional arguments bind to the kernel's buffer and scalar parameters in
 ``[[buffer(n)]]`` order (builtins and ``[[threadgroup(n)]]`` parameters are not
-passed); ``kernel.signature`` lists them. The keywords, in short (see
+passed), then keyword arguments by parameter name (``kernel(x, out=y)``);
+``kernel.signature`` lists them. The keywords, in short (see
 ``help(metalkit.Kernel.__call__)`` for each in full):
 
 - ``grid=(x, y, z)``: threads to run (default: one per element of the first
@@ -54,7 +55,7 @@ Properties: ``name``, ``args``, ``signature``, ``location``, ``execution``,
 'add_x(device float* m [[buffer(0)]], constant uint& width [[buffer(1)]])'
 )doc";
 
-inline constexpr const char* kCall = R"doc(__call__($self, /, *args, )doc" MK_CALL_KEYWORDS R"doc()
+inline constexpr const char* kCall = R"doc(__call__($self, /, *args, )doc" MK_CALL_KEYWORDS R"doc(, **params)
 --
 
 Run the kernel on ``args`` and wait for it; returns None.
@@ -71,9 +72,22 @@ parameter):
   values an element). Arrays in device-shared memory (``metalkit.empty``,
   ``zeros``, ``asarray``) and, on the CPU, any aligned C-contiguous array are
   used in place; others are copied, and written parameters copied back.
+  Raw memory (``device void*``, ``uchar*``) takes any array's bytes as
+  ``x.view(np.uint8)``.
 - ``constant T&`` takes a Python or numpy scalar (range-checked), a vector
-  type a tuple, a struct a ``numpy.void`` or bytes, a ``constant T x[N]``
-  array exactly N values.
+  type a tuple, a ``constant T x[N]`` array exactly N values.
+- A struct (``constant S&``, ``constant S*``, ``device S*``) takes values of
+  ``kernel.args[i].dtype``, a structured dtype with the layout the kernel reads:
+  ``np.zeros((), dtype)`` for one value (a ``numpy.void`` works for both
+  ``constant`` forms), ``np.zeros(n, dtype)`` for an array. Another dtype is
+  taken only if its numbers sit at the same offsets with the same types.
+- ``None`` stands for a buffer the kernel does not read (unbound, as host code
+  leaves buffers under function constants); a read through it is a
+  ``KernelFault`` naming the parameter. A scalar cannot be None.
+
+Parameters can be passed by name too (``**params``), after the positional ones,
+as Python matches them. The keywords below are the call's own and win over a
+parameter of the same name: pass such a parameter positionally.
 
 Keywords (None, the default of each, means "use the default" below):
 

@@ -8,25 +8,34 @@
 #include "../core/watchdog.h"
 #include "py_attr.h"
 #include "buffer.h"
+#include "call_args.h"
 #include "convert.h"
 #include "py_batch.h"
+#include "struct_args.h"
 
 namespace py = pybind11;
 
 namespace mk {
 namespace {
 
-// numpy dtype for an element type; None where numpy has none (bfloat16 without ml_dtypes).
-py::object dtype_for(int type) {
-  if (type == MK_T_STRUCT) return py::none();
-  if (type == MK_T_BF16) {
-    try {
-      return py::dtype::from_args(py::module_::import("ml_dtypes").attr("bfloat16"));
-    } catch (py::error_already_set&) {
-      return py::none();
-    }
-  }
-  return py::dtype(numpy_type_name(type));
+// numpy dtype of a parameter's elements: a struct's structured dtype (None if its
+// layout is unknown), bfloat16 from ml_dtypes.
+py::object dtype_for(const ArgSpec& s) {
+  if (s.type == MK_T_STRUCT) return struct_dtype(s);
+  if (s.type == MK_T_BF16) return py::dtype::from_args(MK_PY_ATTR("ml_dtypes", "bfloat16"));
+  return py::dtype(numpy_type_name(s.type));
+}
+
+// The call's own keywords, for messages.
+constexpr const char* kCallKeywords = "grid=, threadgroup=, threadgroup_memory=, check=, shuffle= and timeout=";
+
+// "device const float* a" for a parameter declared "device float* a".
+std::string const_decl(const ArgSpec& s) {
+  const std::string& d = s.decl;
+  for (const char* space : {"device ", "threadgroup "})
+    if (d.rfind(space, 0) == 0 && d.compare(std::strlen(space), 6, "const ") != 0)
+      return std::string(space) + "const " + d.substr(std::strlen(space));
+  return "const " + d;
 }
 
 // An int from a Python int or numpy integer, or nullopt (a bool, an array, a
@@ -108,6 +117,7 @@ DebugDefaults& debug_defaults() {
 
 PyKernel::PyKernel(std::shared_ptr<KernelImpl> impl) : impl_(std::move(impl)) {
   const auto& args = impl_->spec().args;
+  for (const ArgSpec& a : args) dtypes_.push_back(a.kind == ArgKind::Builtin ? py::none() : dtype_for(a));
   std::vector<int> order;
   for (size_t i = 0; i < args.size(); ++i) {
     if (args[i].kind == ArgKind::Buffer || args[i].kind == ArgKind::Scalar) order.push_back(int(i));
@@ -115,7 +125,7 @@ PyKernel::PyKernel(std::shared_ptr<KernelImpl> impl) : impl_(std::move(impl)) {
   }
   std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return args[a].index < args[b].index; });
   for (int p : order) {
-    Slot s{p, dtype_for(args[p].type), 0};
+    Slot s{p, dtypes_[p], 0};
     if (args[p].kind == ArgKind::Scalar) {
       // Each scalar at its own alignment (clang uses aligned vector moves for a long4 or an alignas(32) struct).
       const uint64_t align = std::max<uint64_t>(16, args[p].elem_align);
@@ -124,6 +134,7 @@ PyKernel::PyKernel(std::shared_ptr<KernelImpl> impl) : impl_(std::move(impl)) {
       s.scalar_offset = scratch_bytes_;
       scratch_bytes_ += std::max<uint64_t>(args[p].value_size(), 16);
     }
+    slot_params_.push_back(p);
     slots_.push_back(std::move(s));
   }
 }
@@ -139,14 +150,39 @@ std::string PyKernel::signature() const {
   return out + ")";
 }
 
+namespace {
+
+// The message for an array of the wrong element type. Raw memory (`device void*`,
+// `char*`, `uchar*`) takes any array's bytes through .view(), which keeps the data;
+// .astype() converts values, right only where numbers of another type are meant.
+std::string dtype_mismatch(const std::string& kname, const ArgSpec& s, py::handle want, py::handle got) {
+  const std::string head = "kernel '" + kname + "': " + describe_param(s) + " takes elements of dtype ";
+  const std::string given = ", got an array of dtype " + std::string(py::str(got));
+  if (s.type == MK_T_STRUCT) {
+    const std::string layout = want.is_none() ? "a struct of " + std::to_string(s.elem_size) + " bytes"
+                                              : std::string(py::str(want));
+    return head + layout + given + "; build it with np.zeros(n, kernel.args[" + std::to_string(s.position) +
+           "].dtype) and set its fields by name" + (want.is_none() ? " (or view bytes of that size as np.void)" : "");
+  }
+  const bool bytes = (s.type == MK_T_U8 || s.type == MK_T_I8) && s.vec_width == 1;
+  const std::string name = std::string(py::str(want));
+  if (bytes)
+    return head + name + given + "; pass its bytes with x.view(np." + name +
+           ") (x.astype would convert each value and lose the data)";
+  return head + name + given + "; convert it first (x.astype(np." + name + ")), metalkit never converts silently";
+}
+
+}  // namespace
+
 bool PyKernel::check_array(const ArgSpec& s, const Slot& slot, py::handle obj) const {
   const std::string& kname = spec().name;
   auto& api = py::detail::npy_api::get();
   if (!api.PyArray_Check_(obj.ptr()))
     throw ArgumentError("kernel '" + kname + "': " + describe_param(s) + " takes a numpy array, got " +
-                        std::string(py::str(py::type::of(obj).attr("__name__"))) +
-                        "; pass np.asarray(x, dtype=np." + (s.type == MK_T_STRUCT ? "void" : numpy_type_name(s.type)) +
-                        ") or an array from metalkit.empty/zeros/asarray");
+                        std::string(py::str(py::type::of(obj).attr("__name__"))) + "; pass " +
+                        (s.type == MK_T_STRUCT ? "np.zeros(n, kernel.args[" + std::to_string(s.position) + "].dtype)"
+                                               : "np.asarray(x, dtype=np." + std::string(numpy_type_name(s.type)) + ")") +
+                        " or an array from metalkit.empty/zeros/asarray");
   auto* a = py::detail::array_proxy(obj.ptr());
   // Element type: exact match, no silent conversion.
   bool ok;
@@ -155,27 +191,20 @@ bool PyKernel::check_array(const ArgSpec& s, const Slot& slot, py::handle obj) c
     if (dt.attr("hasobject").cast<bool>())
       throw ArgumentError("kernel '" + kname + "': " + describe_param(s) +
                           " cannot take an array holding Python objects; use a dtype of plain numbers");
-    ok = dt.kind() == 'V' && uint64_t(dt.itemsize()) == s.elem_size;
-  } else if (slot.dtype.is_none()) {
-    throw ArgumentError("kernel '" + kname + "': " + describe_param(s) +
-                        " holds bfloat; pass an array of ml_dtypes.bfloat16 (pip install ml_dtypes)");
+    const auto* typeobj = reinterpret_cast<PyObject*>(py::detail::array_descriptor_proxy(a->descr)->typeobj);
+    ok = dt.kind() == 'V' && typeobj != MK_PY_ATTR("ml_dtypes", "bfloat16").ptr() &&  // bfloat16's kind is V too
+         uint64_t(dt.itemsize()) == s.elem_size;
+    if (ok) check_struct_dtype(kname, s, dt, slot.dtype);
   } else {
     ok = a->descr == slot.dtype.ptr() || api.PyArray_EquivTypes_(a->descr, slot.dtype.ptr());
   }
-  if (!ok) {
-    py::object dt = py::reinterpret_borrow<py::object>(a->descr);
-    std::string want = s.type == MK_T_STRUCT
-                           ? "a structured dtype of " + std::to_string(s.elem_size) + " bytes per element"
-                           : std::string(py::str(slot.dtype));
-    throw ArgumentError("kernel '" + kname + "': " + describe_param(s) + " takes elements of dtype " + want +
-                        ", got an array of dtype " + std::string(py::str(dt)) + "; convert it first (e.g. x.astype(np." +
-                        (s.type == MK_T_STRUCT ? std::string("void") : std::string(py::str(slot.dtype))) +
-                        ")), metalkit never converts silently");
-  }
+  if (!ok) throw ArgumentError(dtype_mismatch(kname, s, slot.dtype, py::reinterpret_borrow<py::object>(a->descr)));
   const bool writable_array = (a->flags & py::detail::npy_api::NPY_ARRAY_WRITEABLE_) != 0;
   if (s.writable && !writable_array)
     throw ArgumentError("kernel '" + kname + "': " + describe_param(s) +
-                        " is written by the kernel but the array is read-only; pass a writable array (e.g. x.copy())");
+                        " is not declared const, so the kernel may write it, but the array is read-only; pass a "
+                        "writable copy (x.copy()), or declare it `" + const_decl(s) +
+                        "` if the kernel does not write it");
   const bool contiguous = (a->flags & py::detail::npy_api::NPY_ARRAY_C_CONTIGUOUS_) != 0;
   const bool aligned = (reinterpret_cast<uintptr_t>(a->data) % s.elem_align) == 0;
   return !(contiguous && aligned);
@@ -241,6 +270,7 @@ py::object PyKernel::call(py::args args, py::kwargs kwargs) {
   bool check = debug_defaults().check;
   uint32_t shuffle = debug_defaults().shuffle;
   std::optional<double> timeout;
+  NamedArgs named;
   for (auto item : kwargs) {
     std::string key = py::str(item.first);
     if (key == "grid") {
@@ -261,14 +291,11 @@ py::object PyKernel::call(py::args args, py::kwargs kwargs) {
     } else if (key == "timeout") {
       timeout = timeout_seconds(sp.name, item.second);
     } else {
-      throw ArgumentError("kernel '" + sp.name + "' got an unexpected keyword argument '" + key +
-                          "'; it accepts grid=, threadgroup=, threadgroup_memory=, check=, shuffle= and timeout=");
+      named.emplace_back(std::move(key), item.second);  // a parameter by name
     }
   }
-  if (args.size() != slots_.size())
-    throw ArgumentError("kernel '" + sp.name + "' takes " + std::to_string(slots_.size()) + " argument" +
-                        (slots_.size() == 1 ? "" : "s") + " but " + std::to_string(args.size()) +
-                        (args.size() == 1 ? " was" : " were") + " given: " + signature());
+  const std::vector<py::handle> values =
+      match_arguments(sp, slot_params_, args, named, [this] { return signature(); }, kCallKeywords);
 
   Launch launch;
   launch.args.resize(sp.args.size());
@@ -282,22 +309,38 @@ py::object PyKernel::call(py::args args, py::kwargs kwargs) {
   }
   // 1. Check every argument. Nothing is copied, queued or run before all pass.
   std::vector<ArrayArg> arrays;
+  std::vector<py::object> made;  // arrays this call made from its arguments (a numpy.void, a checked None)
   std::optional<uint64_t> default_count, first_count;
   for (size_t i = 0; i < slots_.size(); ++i) {
     const Slot& slot = slots_[i];
     const ArgSpec& s = sp.args[slot.param];
     BoundArg& b = launch.args[slot.param];
+    py::handle arg = values[i];
+    if (arg.is_none() && s.kind == ArgKind::Scalar) none_for_scalar(sp.name, s);
     if (s.kind == ArgKind::Scalar) {
       void* dst = scratch + slot.scalar_offset;
-      convert_scalar(sp.name, s, args[i], dst);
+      if (s.type == MK_T_STRUCT) check_struct_value(sp.name, s, arg, slot.dtype);
+      convert_scalar(sp.name, s, arg, dst);
       b.data = dst;
       b.nbytes = s.value_size();
+    } else if (arg.is_none()) {
+      // A buffer the kernel does not read: unbound (a null pointer; nil on Metal). Checked
+      // mode gives it no bytes between guards, so a read names the parameter.
+      b.none = true;
+      if (check) {
+        made.push_back(MK_PY_ATTR("numpy", "empty")(0, "uint8"));
+        arrays.push_back({slot.param, made.back(), true, {}});
+      }
     } else {
-      const bool stage = check_array(s, slot, args[i]);
-      auto* a = py::detail::array_proxy(args[i].ptr());
+      if (s.type == MK_T_STRUCT && !py::isinstance<py::array>(arg)) {
+        made.push_back(struct_buffer(sp.name, s, arg));  // constant S* given a numpy.void
+        arg = made.back();
+      }
+      const bool stage = check_array(s, slot, arg);
+      auto* a = py::detail::array_proxy(arg.ptr());
       b.data = a->data;
-      b.nbytes = size_t(py::reinterpret_borrow<py::array>(args[i]).nbytes());
-      arrays.push_back({slot.param, args[i], stage, {}});
+      b.nbytes = size_t(py::reinterpret_borrow<py::array>(arg).nbytes());
+      arrays.push_back({slot.param, arg, stage, {}});
       if (!default_count && s.writable) default_count = b.nbytes / s.elem_size;
       if (!first_count) first_count = b.nbytes / s.elem_size;
     }
@@ -472,7 +515,7 @@ py::list PyKernel::arg_specs() const {
   py::list out;
   for (const ArgSpec& a : spec().args) {
     const char* kinds[] = {"buffer", "scalar", "threadgroup", "builtin"};
-    py::object dt = a.kind == ArgKind::Builtin ? py::none() : dtype_for(a.type);
+    py::object dt = dtypes_[a.position];
     out.append(make(a.name, a.index, kinds[int(a.kind)], dt, msl_type_name(a.type), a.vec_width, a.writable,
                     a.builtin, a.elem_size, a.decl, a.array_len));
   }

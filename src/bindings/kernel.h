@@ -35,7 +35,7 @@ class PyKernel {
   // One positional argument of the Python call.
   struct Slot {
     int param;                 // position in the kernel's parameter list
-    pybind11::object dtype;    // expected numpy dtype of array elements (None: struct or unavailable)
+    pybind11::object dtype;    // expected numpy dtype of array elements (None: a struct of unknown layout)
     uint64_t scalar_offset;    // where a scalar's bytes go in the call's scratch
   };
   // Checks an array argument's dtype and writability; whether it must be staged
@@ -43,7 +43,9 @@ class PyKernel {
   bool check_array(const ArgSpec& s, const Slot& slot, pybind11::handle obj) const;
 
   std::shared_ptr<KernelImpl> impl_;
+  std::vector<pybind11::object> dtypes_;  // per parameter: numpy dtype of its elements (None: builtins, unknown structs)
   std::vector<Slot> slots_;    // ordered by buffer index
+  std::vector<int> slot_params_;  // each slot's parameter, for matching arguments
   std::vector<int> threadgroup_params_;
   uint64_t scratch_bytes_ = 0;
   uint64_t scratch_align_ = 16;  // the largest scalar alignment

@@ -11,6 +11,7 @@
 #include "../core/reflection.h"
 #include "../core/run_limits.h"
 #include "buffer.h"
+#include "struct_args.h"
 #ifdef METALKIT_HAVE_METAL
 #include "../metal/metal_backend.h"
 #endif
@@ -115,6 +116,33 @@ std::vector<ConstantDecl> constant_decls(const std::vector<py::tuple>& decls) {
   return out;
 }
 
+// Reflected struct members from Python: (name, offset, MSL type name ("struct" for a struct
+// or something undescribed), vector width, matrix columns, pointer, [(length, stride)...],
+// members of a struct element or None).
+std::vector<ReflectedField> reflected_fields(const py::list& members) {
+  std::vector<ReflectedField> out;
+  for (py::handle item : members) {
+    auto t = item.cast<py::tuple>();
+    ReflectedField f;
+    f.name = t[0].cast<std::string>();
+    f.offset = t[1].cast<uint64_t>();
+    f.type = type_named(t[2].cast<std::string>());
+    f.vec_width = t[3].cast<int>();
+    f.columns = t[4].cast<int>();
+    f.pointer = t[5].cast<bool>();
+    for (py::handle a : t[6].cast<py::list>()) {
+      auto pair = a.cast<py::tuple>();
+      f.arrays.push_back({pair[0].cast<uint64_t>(), pair[1].cast<uint64_t>()});
+    }
+    if (!t[7].is_none()) {
+      f.is_struct = true;
+      f.fields = reflected_fields(t[7].cast<py::list>());
+    }
+    out.push_back(std::move(f));
+  }
+  return out;
+}
+
 void register_rules(py::module_& m) {
   auto r = m.def_submodule("metal_rules", "Decisions the Metal backend makes, callable on every platform for tests.");
   r.def("route_buffer", [](const std::string& kind, bool writable, int space, bool in_device_buffer, uintptr_t address,
@@ -123,8 +151,15 @@ void register_rules(py::module_& m) {
     s.kind = kind_named(kind);
     s.writable = writable;
     s.space = Space(space);
-    const char* names[] = {"bound", "bytes", "wrap", "stage", "empty"};
+    const char* names[] = {"bound", "bytes", "wrap", "stage", "empty", "unbound"};
     return names[int(route_buffer(s, in_device_buffer, address, nbytes, offset, page))];
+  });
+  // The Kernel.args dtype of a struct parameter as Metal's reflection of it gives.
+  r.def("struct_dtype", [](const py::list& members, uint64_t size, uint64_t align) {
+    ArgSpec s;
+    s.type = MK_T_STRUCT;
+    s.layout = layout_from_reflection(reflected_fields(members), size, align);
+    return struct_dtype(s);
   });
   r.def("staging_capacity", &staging_capacity);
   r.def("keep_staging", &keep_staging);
@@ -171,9 +206,9 @@ void register_rules(py::module_& m) {
     return flushes;
   });
   r.def("route_access", [](const std::string& route) {
-    const char* routes[] = {"bound", "bytes", "wrap", "stage", "empty"};
+    const char* routes[] = {"bound", "bytes", "wrap", "stage", "empty", "unbound"};
     const char* names[] = {"direct", "mapped", "copyin"};
-    for (int i = 0; i < 5; ++i)
+    for (int i = 0; i < 6; ++i)
       if (route == routes[i]) return std::string(names[int(host_access_for(BufferRoute(i)))]);
     throw py::value_error("unknown route '" + route + "'");
   });

@@ -2,10 +2,12 @@
 // backends uses. Filled from a CPU module's own table or from Metal reflection.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "metalkit/abi.h"
+#include "struct_layout.h"
 
 namespace mk {
 
@@ -27,6 +29,7 @@ struct ArgSpec {
   uint64_t elem_size = 0;
   uint64_t elem_align = 1;
   uint32_t array_len = 0;   // N for a fixed-length array parameter (constant T x[N]), 0 otherwise
+  std::shared_ptr<const StructLayout> layout;  // a struct element's fields, if known
   // Bytes of the value a scalar parameter takes (N elements for an array).
   uint64_t value_size() const { return elem_size * (array_len ? array_len : 1); }
 };

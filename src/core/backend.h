@@ -43,6 +43,7 @@ struct BoundArg {
   const Allocation* alloc = nullptr;  // device allocation holding data, if known
   size_t offset = 0;               // data - alloc->data()
   uint32_t tg_offset = 0;          // threadgroup parameters: offset in the group's arena
+  bool none = false;               // the call passed None: a buffer the kernel does not read, left unbound
 };
 
 struct Launch {

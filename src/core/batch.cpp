@@ -27,7 +27,8 @@ HostAccess host_access_for(BufferRoute route) {
     case BufferRoute::Wrap:
     case BufferRoute::Stage: return HostAccess::Mapped;
     case BufferRoute::Bound:
-    case BufferRoute::Empty: break;
+    case BufferRoute::Empty:
+    case BufferRoute::Unbound: break;
   }
   return HostAccess::Direct;
 }

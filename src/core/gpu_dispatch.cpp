@@ -6,7 +6,7 @@ namespace mk {
 
 BufferRoute route_buffer(const ArgSpec& spec, bool in_device_buffer, uintptr_t address, uint64_t nbytes,
                          uint64_t offset, uint64_t page) {
-  if (nbytes == 0) return BufferRoute::Empty;
+  if (nbytes == 0) return address == 0 && spec.kind == ArgKind::Buffer ? BufferRoute::Unbound : BufferRoute::Empty;
   // Only a parameter known to be in the device address space may start anywhere in a buffer.
   const bool offset_ok = spec.space == Space::Device || offset % kConstantOffsetAlignment == 0;
   if (in_device_buffer && offset_ok) return BufferRoute::Bound;

@@ -16,6 +16,7 @@ enum class BufferRoute {
   Wrap,   // page-aligned host memory of whole pages (not a scalar): a buffer over it, no copy
   Stage,  // anything else: copied into a pooled buffer, copied back only if writable
   Empty,  // no bytes: a small zeroed placeholder keeps the binding valid
+  Unbound,  // None (a null address, no bytes): a buffer the kernel does not read, bound as nil
 };
 
 // Metal copies at most this many bytes inline (setBytes:length:atIndex: is for
@@ -26,6 +27,7 @@ constexpr uint64_t kInlineBytesLimit = 4096;
 constexpr uint64_t kConstantOffsetAlignment = 256;
 
 // in_device_buffer: the argument's memory is a buffer of this backend (BoundArg::alloc).
+// A null address with no bytes is the call's None (BoundArg::none).
 // offset: its byte offset in that buffer. page: the host page size.
 BufferRoute route_buffer(const ArgSpec& spec, bool in_device_buffer, uintptr_t address, uint64_t nbytes,
                          uint64_t offset, uint64_t page);

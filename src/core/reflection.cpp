@@ -23,7 +23,71 @@ std::string spelled(const ReflectedBinding& b) {
   return std::string(b.writable ? "device " : "device const ") + type + "* " + b.name;
 }
 
+uint64_t round_up(uint64_t x, uint64_t a) { return a ? (x + a - 1) / a * a : x; }
+
+uint64_t struct_extent(const std::vector<ReflectedField>& fields, uint64_t* align);
+
+// MSL's size and alignment of one element of f: a 3-lane vector takes 4 lanes, a matrix is its columns.
+uint64_t element_extent(const ReflectedField& f, uint64_t* align) {
+  if (f.pointer) return *align = 8;
+  if (f.is_struct) return struct_extent(f.fields, align);
+  if (f.type == MK_T_STRUCT) return *align = 1;  // undescribed: no bytes of its own known
+  const uint64_t lane = element_size(f.type);
+  const uint64_t vec = lane * uint64_t(f.vec_width == 3 ? 4 : f.vec_width);
+  *align = vec;
+  return f.columns ? vec * uint64_t(f.columns) : vec;
+}
+
+uint64_t field_extent(const ReflectedField& f, uint64_t* align) {
+  const uint64_t one = element_extent(f, align);
+  return f.arrays.empty() ? one : f.arrays.front().first * f.arrays.front().second;
+}
+
+uint64_t struct_extent(const std::vector<ReflectedField>& fields, uint64_t* align) {
+  uint64_t end = 0, a = 1;
+  for (const ReflectedField& f : fields) {
+    uint64_t fa = 1;
+    end = std::max(end, f.offset + field_extent(f, &fa));
+    a = std::max(a, fa);
+  }
+  *align = a;
+  return round_up(end, a);
+}
+
 }  // namespace
+
+std::shared_ptr<const StructLayout> layout_from_reflection(const std::vector<ReflectedField>& fields, uint64_t size,
+                                                           uint64_t align) {
+  auto out = std::make_shared<StructLayout>();
+  out->size = size;
+  out->align = align;
+  for (size_t i = 0; i < fields.size(); ++i) {
+    const ReflectedField& r = fields[i];
+    uint64_t room = size > r.offset ? size - r.offset : 0;  // up to the next member, or the struct's end
+    for (const ReflectedField& o : fields)
+      if (o.offset > r.offset) room = std::min(room, o.offset - r.offset);
+    FieldLayout f;
+    f.name = r.name;
+    f.offset = r.offset;
+    f.type = r.pointer ? MK_T_U64 : r.type;
+    f.vec_width = r.pointer ? 1 : r.vec_width;
+    for (const auto& a : r.arrays) f.dims.push_back(int(a.first));
+    uint64_t a = 1;
+    const uint64_t one = element_extent(r, &a);
+    f.elem_size = r.arrays.empty() ? std::min(one, room) : r.arrays.back().second;  // a stride is exact
+    if (r.columns) {  // a matrix is an array of its columns
+      f.dims.push_back(r.columns);
+      f.elem_size = (r.arrays.empty() ? one : r.arrays.back().second) / uint64_t(r.columns);
+    }
+    if (r.is_struct) {
+      f.layout = layout_from_reflection(r.fields, f.elem_size, a);
+    } else if (f.type == MK_T_STRUCT && r.arrays.empty()) {
+      f.elem_size = room;  // bytes metalkit does not describe: all the room it has
+    }
+    out->fields.push_back(std::move(f));
+  }
+  return out;
+}
 
 KernelSpec spec_from_reflection(const std::string& kernel, const std::vector<ReflectedBinding>& bindings,
                                 const KernelDecl* declared, uint32_t max_threads, const std::string& file) {
@@ -60,6 +124,7 @@ KernelSpec spec_from_reflection(const std::string& kernel, const std::vector<Ref
       }
       if (a.kind == ArgKind::Scalar) a.writable = false;
     }
+    if (!tg && b.is_struct) a.layout = layout_from_reflection(b.fields, a.elem_size, a.elem_align);
     spec.args.push_back(std::move(a));
   }
   std::stable_sort(spec.args.begin(), spec.args.end(), [](const ArgSpec& x, const ArgSpec& y) {

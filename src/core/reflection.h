@@ -31,6 +31,25 @@ struct KernelDecl {
 };
 using KernelDecls = std::map<std::string, KernelDecl>;
 
+// A struct member as reflection reports it (MTLStructMember, MTLArrayType).
+struct ReflectedField {
+  std::string name;
+  uint64_t offset = 0;
+  int type = MK_T_STRUCT;          // mk_type of the element; MK_T_STRUCT: a struct (is_struct) or undescribed
+  int vec_width = 1;               // lanes of a vector element, or of a matrix's column
+  int columns = 0;                 // a matrix element: its columns; 0 otherwise
+  bool pointer = false;            // a pointer (a GPU address: 8 bytes)
+  bool is_struct = false;          // the element is a struct: its members are `fields`
+  std::vector<std::pair<uint64_t, uint64_t>> arrays;  // (length, stride) of each array level, outermost first
+  std::vector<ReflectedField> fields;
+};
+
+// The layout of a struct of `size` bytes with these members. Reflection gives no size for
+// a nested struct: outside arrays (whose stride is one) it is computed from its members
+// with MSL's sizes and alignments, bounded by the room its parent gives it.
+std::shared_ptr<const StructLayout> layout_from_reflection(const std::vector<ReflectedField>& fields, uint64_t size,
+                                                           uint64_t align);
+
 // One binding as reflection reports it.
 struct ReflectedBinding {
   enum class Type { Buffer, Threadgroup, Other } type = Type::Buffer;
@@ -42,6 +61,8 @@ struct ReflectedBinding {
   uint64_t align = 1;
   bool writable = false;
   std::string other;               // what an unsupported binding is ("texture", "sampler", ...)
+  bool is_struct = false;          // a struct element (Buffer): its members are `fields`
+  std::vector<ReflectedField> fields;
 };
 
 // Buffers and scalars by index, then threadgroup parameters. Without a declared

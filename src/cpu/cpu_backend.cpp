@@ -96,7 +96,17 @@ std::string near_argument(const KernelSpec& spec, const Launch& l, uintptr_t add
     }
     return best;
   };
-  std::string best = guarded ? nearest(true) : "";
+  // A None's checked stand-in (no bytes between guards), or its null pointer near address 0.
+  std::string best;
+  for (size_t i = 0; i < l.args.size() && best.empty(); ++i) {
+    const ArgSpec& a = spec.args[i];
+    if (a.kind != ArgKind::Buffer || !l.args[i].none) continue;
+    const uintptr_t lo = reinterpret_cast<uintptr_t>(l.args[i].data);
+    if (guarded ? lo == gdata : !lo && addr < (uintptr_t(1) << 16))
+      best = "through parameter '" + a.name + "' [[buffer(" + std::to_string(a.index) +
+             ")]], which the call passed None (element " + element(int64_t(addr - lo), a.elem_size) + ")";
+  }
+  if (best.empty() && guarded) best = nearest(true);
   int slot;
   int64_t offset;
   if (best.empty() && checked_threadgroup_slot(addr, &slot, &offset)) {
@@ -248,8 +258,9 @@ Fault run_trapped(const mk_kernel_info& k, const mk_dispatch& d, uint64_t first,
   std::string arg = near_argument(spec, l, trap.address);
   f.what = std::string(trap.signal == SIGBUS ? "bus error" : "invalid memory access") + " at address " + addr +
            (arg.empty() ? "" : ", " + arg) + ", in " + where;
-  f.advice = arg.empty() ? "; an index is probably out of bounds (check=True or METALKIT_CHECK=1 runs on guarded copies)"
-                         : "; check the kernel's bounds";
+  f.advice = arg.empty()                                   ? "; an index is probably out of bounds (check=True or METALKIT_CHECK=1 runs on guarded copies)"
+             : arg.find("passed None") != std::string::npos ? "; pass an array for it if the kernel reads it"
+                                                            : "; check the kernel's bounds";
   return f;
 }
 
@@ -260,6 +271,27 @@ std::string source_line(uintptr_t pc, const mk_kernel_info& k) {
       !dladdr(reinterpret_cast<void*>(k.launch), &mine) || at.dli_fbase != mine.dli_fbase)
     return "";  // not in the kernel's module (a C library call, say)
   return source_locator()(at.dli_fname, pc - reinterpret_cast<uintptr_t>(at.dli_fbase));
+}
+
+// A module's struct table as the core's StructLayout (a struct cannot hold itself, so this ends).
+std::shared_ptr<const StructLayout> struct_layout(const mk_struct_info* info) {
+  if (!info) return nullptr;
+  auto out = std::make_shared<StructLayout>();
+  out->size = info->size;
+  out->align = info->align;
+  for (int i = 0; i < info->nfields; ++i) {
+    const mk_field_info& f = info->fields[i];
+    FieldLayout x;
+    x.name = f.name;
+    x.offset = f.offset;
+    x.type = f.type;
+    x.vec_width = f.vec_width;
+    x.elem_size = f.elem_size;
+    x.dims.assign(f.dims, f.dims + std::min(std::max(f.ndims, 0), 4));
+    x.layout = struct_layout(f.layout);
+    out->fields.push_back(std::move(x));
+  }
+  return out;
 }
 
 class CpuKernel : public KernelImpl {
@@ -287,6 +319,7 @@ class CpuKernel : public KernelImpl {
       s.elem_size = a.elem_size;
       s.elem_align = a.elem_align;
       s.array_len = uint32_t(a.array_len > 0 ? a.array_len : 0);
+      s.layout = struct_layout(a.layout);
       spec_.args.push_back(std::move(s));
     }
   }

@@ -11,7 +11,7 @@
 // computeCommandEncoderWithDispatchType: with MTLDispatchTypeSerial (macOS
 // 10.14; each dispatch runs after the one before it, so a call sees the
 // previous calls' writes with no barrier), setComputePipelineState:,
-// setBuffer:offset:atIndex:, setBytes:length:atIndex: (copies the bytes when
+// setBuffer:offset:atIndex: (its buffer is nullable: nil for a None), setBytes:length:atIndex: (copies the bytes when
 // called), setThreadgroupMemoryLength:atIndex:, dispatchThreads:threadsPerThreadgroup:
 // (macOS 10.13), dispatchThreadgroups:threadsPerThreadgroup:, endEncoding,
 // commit, waitUntilCompleted, status, error, GPUStartTime / GPUEndTime (macOS 10.15).
@@ -117,6 +117,8 @@ void MetalBatch::encode(const MetalKernel& kernel, const Launch& launch) {
         case BufferRoute::Empty:
           b.bytes = kZeros;
           b.nbytes = sizeof kZeros;
+          break;
+        case BufferRoute::Unbound:  // None: setBuffer:nil offset:0 (the binding's buffer stays nil)
           break;
         case BufferRoute::Wrap:
         case BufferRoute::Stage: {

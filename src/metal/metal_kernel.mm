@@ -5,7 +5,8 @@
 // macOS 15 SDK); reflection.bindings and MTLBinding / MTLBufferBinding /
 // MTLThreadgroupBinding (macOS 13), reflection.arguments and MTLArgument before
 // macOS 13; maxTotalThreadsPerThreadgroup, staticThreadgroupMemoryLength (macOS
-// 10.13); MTLDataTypeBFloat (macOS 14).
+// 10.13); MTLDataTypeBFloat (macOS 14); a struct's layout from bufferStructType
+// (MTLStructType, MTLStructMember, MTLArrayType; MTLDataTypePointer from macOS 10.13).
 #include "../core/errors.h"
 #include "metal_internal.h"
 
@@ -37,6 +38,62 @@ void element_type(MTLDataType type, int* mk_type, int* vec_width) {
 
 namespace {
 
+// A matrix MTLDataType: its element type, columns and rows.
+bool matrix_type(MTLDataType type, int* mk_type, int* columns, int* rows) {
+#define MK_MATRIX(T, MK, C, R) \
+  case MTLDataType##T##C##x##R: *mk_type = MK; *columns = C; *rows = R; return true;
+#define MK_MATRICES(T, MK) \
+  MK_MATRIX(T, MK, 2, 2) MK_MATRIX(T, MK, 2, 3) MK_MATRIX(T, MK, 2, 4) \
+  MK_MATRIX(T, MK, 3, 2) MK_MATRIX(T, MK, 3, 3) MK_MATRIX(T, MK, 3, 4) \
+  MK_MATRIX(T, MK, 4, 2) MK_MATRIX(T, MK, 4, 3) MK_MATRIX(T, MK, 4, 4)
+  switch (type) {
+    MK_MATRICES(Float, MK_T_F32)
+    MK_MATRICES(Half, MK_T_F16)
+    default: return false;
+  }
+#undef MK_MATRICES
+#undef MK_MATRIX
+}
+
+std::vector<ReflectedField> reflected_fields(MTLStructType* type);
+
+// What one element of a member is (after its array levels).
+void reflected_element(MTLDataType type, MTLStructType* structure, ReflectedField* f) {
+  int rows = 1;
+  if (type == MTLDataTypeStruct && structure) {
+    f->is_struct = true;
+    f->fields = reflected_fields(structure);
+  } else if (type == MTLDataTypePointer) {
+    f->pointer = true;
+  } else if (matrix_type(type, &f->type, &f->columns, &rows)) {
+    f->vec_width = rows;
+  } else {
+    element_type(type, &f->type, &f->vec_width);
+  }
+}
+
+// A struct's members (MTLStructMember: name, offset, dataType, structType, arrayType);
+// arrays through MTLArrayType (arrayLength, stride, elementType, elementStructType, elementArrayType).
+std::vector<ReflectedField> reflected_fields(MTLStructType* type) {
+  std::vector<ReflectedField> out;
+  for (MTLStructMember* member in type.members) {
+    ReflectedField f;
+    f.name = std_string(member.name);
+    f.offset = member.offset;
+    MTLDataType element = member.dataType;
+    MTLStructType* structure = [member structType];
+    for (MTLArrayType* array = [member arrayType]; element == MTLDataTypeArray && array;) {
+      f.arrays.push_back({array.arrayLength, array.stride});
+      element = array.elementType;
+      structure = [array elementStructType];
+      array = [array elementArrayType];
+    }
+    reflected_element(element, structure, &f);
+    out.push_back(std::move(f));
+  }
+  return out;
+}
+
 // One request serves both reflections. The macOS 15 SDK renamed
 // MTLPipelineOptionArgumentInfo (deprecated from macOS 13) to
 // MTLPipelineOptionBindingInfo, keeping its bit; older SDKs have only the old name.
@@ -55,6 +112,10 @@ std::vector<ReflectedBinding> from_bindings(NSArray<id<MTLBinding>>* bindings) A
     if (binding.type == MTLBindingTypeBuffer) {
       id<MTLBufferBinding> buffer = (id<MTLBufferBinding>)binding;
       element_type(buffer.bufferDataType, &r.elem_type, &r.vec_width);
+      if (buffer.bufferDataType == MTLDataTypeStruct && buffer.bufferStructType) {
+        r.is_struct = true;
+        r.fields = reflected_fields(buffer.bufferStructType);
+      }
       r.size = buffer.bufferDataSize;
       r.align = buffer.bufferAlignment;
       r.writable = binding.access != MTLBindingAccessReadOnly;
@@ -85,6 +146,10 @@ std::vector<ReflectedBinding> from_arguments(NSArray<MTLArgument*>* arguments) {
     r.name = std_string(argument.name);
     if (argument.type == MTLArgumentTypeBuffer) {
       element_type(argument.bufferDataType, &r.elem_type, &r.vec_width);
+      if (argument.bufferDataType == MTLDataTypeStruct && argument.bufferStructType) {
+        r.is_struct = true;
+        r.fields = reflected_fields(argument.bufferStructType);
+      }
       r.size = argument.bufferDataSize;
       r.align = argument.bufferAlignment;
       r.writable = argument.access != MTLArgumentAccessReadOnly;

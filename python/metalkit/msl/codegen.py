@@ -8,6 +8,7 @@ threadgroups. The module exports ``metalkit_module()`` returning the table.
 from __future__ import annotations
 
 from .diagnostics import LAUNCHERS
+from .model import StructDef
 from .prepass import Kernel
 
 _KIND = {"buffer": "MK_ARG_BUFFER", "scalar": "MK_ARG_SCALAR",
@@ -44,8 +45,36 @@ def _c_string(s: str) -> str:
     return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def launchers(kernels: list[Kernel]) -> str:
-    out = [f'# 1 "{LAUNCHERS}"', "#include <metalkit/launch.h>", "namespace {"]
+def layouts(structs: list[StructDef]) -> list[str]:
+    """``mk::fields<S>`` for each struct the front end read: offsetof/sizeof tables the compiler fills.
+
+    Each is a partial specialization (the extra parameter ``V``), so a table is only
+    instantiated for a struct a kernel parameter uses.
+    """
+    out = ["#pragma clang diagnostic push", '#pragma clang diagnostic ignored "-Winvalid-offsetof"', "namespace mk {"]
+    seen = set()
+    for s in structs:
+        if s.qualified in seen:
+            continue  # one table per type
+        seen.add(s.qualified)
+        head = ", ".join(s.params + ["class __mk_V"])
+        rows = [f"  field<decltype(__S::{m})>({_c_string(m)}, __builtin_offsetof(__S, {m}))," for m in s.members]
+        out.append(f"template <{head}> struct fields<{s.qualified}, __mk_V> {{")
+        out.append(f"  using __S = typename dep<{s.qualified}, __mk_V>::type;")
+        out.append(f"  static constexpr mk_field_info table[{max(len(rows), 1)}] = {{")
+        out.extend(rows or ["  {}"])
+        out.append("  };")
+        out.append(f"  static constexpr mk_struct_info value = {{sizeof(__S), alignof(__S), {len(rows)}, table}};")
+        out.append("  static constexpr const mk_struct_info* info = &value;")
+        out.append("};")
+    out += ["}  // namespace mk", "#pragma clang diagnostic pop"]
+    return out
+
+
+def launchers(kernels: list[Kernel], structs: list[StructDef] = ()) -> str:
+    out = [f'# 1 "{LAUNCHERS}"', "#include <metalkit/launch.h>"]
+    out += layouts(list(structs))
+    out.append("namespace {")
     for n, k in enumerate(kernels):
         fp = f"__mk_k{n}"
         out.append(f"constexpr auto {fp} = {k.pointer};")

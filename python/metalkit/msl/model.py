@@ -43,10 +43,22 @@ class Kernel:
 
 
 @dataclass
+class StructDef:
+    """A struct whose layout the compiled module describes (passes/structs.py)."""
+    name: str
+    qualified: str               # the type as named from the global namespace: ::ns::S, ::P<T, N>
+    params: list[str]            # template parameters as declared, without defaults ([] if not a template)
+    members: list[str]           # data member names, in order
+    ok: bool = True              # False: metalkit cannot describe it (private members, bit-fields...)
+    template: bool = False
+
+
+@dataclass
 class Result:
     text: str
     kernels: list[Kernel]
     files: list[str] = field(default_factory=list)  # user files seen (dependencies)
+    structs: list[StructDef] = field(default_factory=list)  # layouts the module describes
 
 
 @dataclass
@@ -80,6 +92,7 @@ class Unit:
     kernels: list[Kernel] = field(default_factory=list)
     dropped: set[int] = field(default_factory=set)      # tokens already rewritten away (not to be touched)
     fc_values: dict[str, object] = field(default_factory=dict)  # function constant -> value (None: unset)
+    structs: list[StructDef] = field(default_factory=list)
     _attr_tokens: set | None = None
 
     @property

@@ -6,6 +6,7 @@ A pipeline of passes over one ``Unit`` (msl/model.py), each in its own file in
 1. loop_hints           drop ``#pragma unroll(MACRO)`` hints clang -E left unexpanded
 2. attributes.find      record every MSL ``[[...]]`` block (blanked in the last pass)
 3. functions            function definitions, kernels and their parameters, explicit instantiations
+   structs              struct definitions whose layout the module describes (Kernel.args dtypes)
 4. threadgroup_storage  ``threadgroup T x[N];`` in a body -> per-threadgroup storage
 5. function_constants   bind ``[[function_constant(i)]]`` values; parameters that exist only if one is true
 6. kernels              kernels from definitions and ``host_name`` instantiations; ``only`` drops the others
@@ -24,7 +25,7 @@ from __future__ import annotations
 from .model import Kernel, Param, Result, Unit
 from . import simt
 from .passes import (attributes, callgraph, fp16_casts, function_constants, functions, kernels, keywords, loop_hints,
-                     overloads, threadgroup_storage)
+                     overloads, structs, threadgroup_storage)
 from .source import MslError, Source
 
 __all__ = ["prepass", "MslError", "Kernel", "Param", "Result"]
@@ -48,6 +49,7 @@ def prepass(text: str, is_user, constants: dict | None = None, only=None, duplic
     loop_hints.drop_unexpanded(unit)
     attributes.find(unit)
     functions.find(unit)
+    structs.find(unit)
     threadgroup_storage.rewrite(unit)
     function_constants.bind(unit)
     kernels.collect(unit, duplicates)
@@ -64,4 +66,4 @@ def prepass(text: str, is_user, constants: dict | None = None, only=None, duplic
             k.execution = f"fibers: {fibers}" if k.needs_sync else "loop"
     else:
         simt.transform(unit, reach, text, head)
-    return Result(unit.src.render(), unit.kernels, unit.src.files)
+    return Result(unit.src.render(), unit.kernels, unit.src.files, unit.structs)

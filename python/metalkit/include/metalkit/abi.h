@@ -6,7 +6,7 @@
 
 // Constants are enumerators, not macros: a module's source is preprocessed
 // before its launchers are appended, so macros from here would be gone.
-enum { MK_ABI_VERSION = 7, MK_SIMD_SLOT = 256 };
+enum { MK_ABI_VERSION = 8, MK_SIMD_SLOT = 256 };
 
 #ifdef __cplusplus
 extern "C" {
@@ -29,6 +29,27 @@ enum mk_type {
 // Address space as written in the kernel signature.
 enum mk_space { MK_SPACE_NONE = 0, MK_SPACE_DEVICE, MK_SPACE_CONSTANT, MK_SPACE_THREADGROUP, MK_SPACE_THREAD };
 
+// A struct's layout as the compiler lays it out (offsetof/sizeof of each field the front end
+// names), so Python can build the numpy structured dtype that matches it.
+struct mk_struct_info;
+typedef struct mk_field_info {
+  const char* name;
+  mk_u64 offset;         // offsetof
+  int type;              // mk_type of the scalar element; MK_T_STRUCT: a nested struct (layout)
+                         // or, with no layout, bytes metalkit cannot describe
+  int vec_width;         // lanes of a vector element (matrix: of one column), else 1
+  mk_u64 elem_size;      // sizeof one element (a float3: 16; a matrix's column)
+  int ndims;             // array extents (a matrix's columns count as one), outermost first
+  int dims[4];
+  const struct mk_struct_info* layout;  // the nested struct's, when type is MK_T_STRUCT
+} mk_field_info;
+
+typedef struct mk_struct_info {
+  mk_u64 size, align;    // sizeof, alignof
+  int nfields;
+  const mk_field_info* fields;
+} mk_struct_info;
+
 typedef struct mk_arg_info {
   const char* name;      // parameter name in the source
   const char* decl;      // declaration as written, for messages ("device const float* a")
@@ -42,6 +63,7 @@ typedef struct mk_arg_info {
   mk_u64 elem_size;      // sizeof the pointee / referenced type
   mk_u64 elem_align;     // alignof the same
   int array_len;         // N for a fixed-length array parameter (constant T x[N]), else 0
+  const mk_struct_info* layout;  // a struct element's fields, when the front end saw its definition
 } mk_arg_info;
 
 // One dispatch as the runtime hands it to a launcher. args[i] follows the

@@ -54,6 +54,42 @@ template <> struct layout<void> { static constexpr mk_u64 size = 1, align = 1; }
 template <class T, bool = __is_enum(T)> struct plain { using type = T; };
 template <class T> struct plain<T, true> { using type = __underlying_type(T); };
 
+// ---- struct layouts ----
+// The front end specializes fields<S> for each struct whose members it read
+// (msl/passes/structs.py, emitted by codegen); the compiler fills the table. Others
+// have no layout (nullptr): their parameters take any bytes of the right size.
+template <class T, class = void> struct fields { static constexpr const mk_struct_info* info = nullptr; };
+// Makes a non-template struct's table dependent, so it is only instantiated when used.
+template <class T, class V> struct dep { using type = T; };
+
+// A member's element and array extents: arrays, metal::array and matrix columns peel off.
+template <class T> struct shape {
+  using elem = T;
+  static constexpr int ndims = 0;
+  static constexpr int dim(int) { return 0; }
+};
+template <class T, int N> struct extents : shape<T> {
+  static constexpr int ndims = 1 + shape<T>::ndims;
+  static constexpr int dim(int i) { return i == 0 ? N : shape<T>::dim(i - 1); }
+};
+template <class T, unsigned long N> struct shape<T[N]> : extents<T, int(N)> {};
+template <class T, unsigned long N> struct shape<metal::array<T, N>> : extents<T, int(N)> {};
+template <class T, int C, int R> struct shape<metal::matrix<T, C, R>> : extents<metal::vec<T, R>, C> {};
+
+template <class E, bool = __is_pointer(E)> struct field_code : code<typename plain<E>::type> {};
+template <class E> struct field_code<E, true> { static constexpr int value = MK_T_U64; static constexpr int width = 1; };
+
+template <class F> constexpr mk_field_info field(const char* name, mk_u64 offset) {
+  using S = shape<typename unconst<F>::type>;
+  using E = typename unconst<typename S::elem>::type;
+  if (S::ndims > 4)  // deeper arrays: bytes metalkit does not describe
+    return mk_field_info{name, offset, MK_T_STRUCT, 1, sizeof(F), 0, {0, 0, 0, 0}, nullptr};
+  constexpr int type = field_code<E>::value;
+  return mk_field_info{name, offset, type, field_code<E>::width, sizeof(E), S::ndims,
+                       {S::dim(0), S::dim(1), S::dim(2), S::dim(3)},
+                       type == MK_T_STRUCT ? fields<E>::info : nullptr};
+}
+
 template <class P> constexpr mk_arg_info describe(const char* name, const char* decl, const char* builtin,
                                                   int index, int kind, int space, int array_len = 0) {
   using E = typename unconst<typename strip<P>::type>::type;
@@ -61,7 +97,8 @@ template <class P> constexpr mk_arg_info describe(const char* name, const char* 
   constexpr bool ro = unconst<typename strip<P>::type>::is_const;
   return mk_arg_info{name, decl, builtin, index, kind, code<C>::value, code<C>::width, space,
                      (kind == MK_ARG_BUFFER || kind == MK_ARG_THREADGROUP) && !ro && space != MK_SPACE_CONSTANT,
-                     layout<E>::size, layout<E>::align, array_len};
+                     layout<E>::size, layout<E>::align, array_len,
+                     code<C>::value == MK_T_STRUCT ? fields<E>::info : nullptr};
 }
 
 // The ids shared by every thread of group g; returns the group's (clipped) size.
