@@ -17,10 +17,26 @@ def allocate_guarded(nbytes: int, align: int) -> Buffer: ...
 class Kernel:
     """A compute kernel. Calling it binds arguments, dispatches and waits
     (inside ``metalkit.batch()``: checks the arguments and queues the call)."""
-    def __call__(self, *args: Any, grid: Optional[_Dims] = None, threadgroup: Optional[_Dims] = None,
-                 threadgroup_memory: Optional[Mapping[int, int]] = None, check: Optional[bool] = None,
-                 shuffle: Optional[int] = None, timeout: Optional[float] = None) -> None:
-        """Run and wait. CPU simulator options: ``check=True`` runs every array on a copy
+    def __call__(self, *args: Any, grid: Optional[_Dims] = None, threadgroups: Optional[_Dims] = None,
+                 threadgroup: Optional[_Dims] = None, threadgroup_memory: Optional[Mapping[int, int]] = None,
+                 check: Optional[bool] = None, shuffle: Optional[int] = None,
+                 timeout: Optional[float] = None) -> None:
+        """Run and wait.
+
+        Geometry: ``grid`` counts threads (Metal's dispatchThreads), ``threadgroups``
+        threadgroups (dispatchThreadgroups: the grid is ``threadgroups * threadgroup``, whole
+        groups; it needs ``threadgroup``), ``threadgroup`` threads per threadgroup (default
+        ``min(grid x, 256, max_threads_per_threadgroup)`` along x). Each is an int or a tuple
+        ``(x, y, z)`` = (width, height, depth), the reverse of numpy's shape order: for an
+        ``out`` of shape ``(rows, cols)`` read at ``out[gid.y * cols + gid.x]``, pass
+        ``grid=(cols, rows)``. Given neither ``grid`` nor ``threadgroups``, the grid is the
+        arrays' common element count along x, only when that is unambiguous: the kernel's
+        position builtins are scalars, one of them tells threads apart, every array argument
+        holds as many elements (counted in its parameter's type), and a kernel reading its
+        threadgroup's geometry (``thread_position_in_threadgroup``, ``[[threadgroup(i)]]``
+        memory, ...) is given ``threadgroup``; otherwise DispatchError.
+
+        CPU simulator options: ``check=True`` runs every array on a copy
         ending right below an inaccessible page (an index past the end raises KernelFault naming the
         parameter; the caller's arrays are untouched); ``shuffle=seed`` runs each group's
         threads in a seeded random order (0: index order) to expose missing barriers;

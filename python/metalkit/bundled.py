@@ -44,21 +44,28 @@ def _find(name: str):
     return k
 
 
-def run(name: str, *args: Any, grid: Any = None, threadgroup: Any = None,
+def run(name: str, *args: Any, grid: Any = None, threadgroups: Any = None, threadgroup: Any = None,
         threadgroup_memory: Optional[dict] = None, check: Optional[bool] = None,
         shuffle: Optional[int] = None, timeout: Optional[float] = None) -> None:
     """Run a bundled kernel by name and wait for it.
 
-    ``grid`` counts threads per dimension (default: the element count of the
-    first written array); ``threadgroup`` counts threads per threadgroup.
-    ``check`` and ``shuffle`` are the CPU simulator's debug options, ``timeout`` its time
-    limit in seconds (see Kernel).
+    ``grid`` counts threads per dimension,
+    ``threadgroups`` threadgroups per dimension (then the grid is whole groups:
+    ``threadgroups * threadgroup``), ``threadgroup`` threads per threadgroup. Each is an
+    int or a tuple ``(x, y, z)`` = (width, height, depth), the reverse of numpy's shape
+    order: an array of shape ``(rows, cols)`` is ``grid=(cols, rows)``. Without ``grid``
+    and ``threadgroups`` the grid is the arrays' common length, when that is unambiguous
+    (see Kernel.__call__; otherwise DispatchError). ``check`` and ``shuffle`` are the CPU
+    simulator's debug options, ``timeout`` its time limit in seconds (see Kernel).
 
     >>> import numpy as np, metalkit
-    >>> a = np.full(5, 1.0, np.float32); b = np.full_like(a, 2.0); out = np.empty_like(a)
+    >>> a = np.full(8, 1.0, np.float32); b = np.full_like(a, 2.0); out = np.empty_like(a)
     >>> metalkit.run("add_arrays", a, b, out)
     >>> out.tolist()
-    [3.0, 3.0, 3.0, 3.0, 3.0]
+    [3.0, 3.0, 3.0, 3.0, 3.0, 3.0, 3.0, 3.0]
+    >>> metalkit.run("add_arrays", a, out, out, threadgroups=2, threadgroup=4)  # 2 groups of 4 threads
+    >>> out.tolist()
+    [4.0, 4.0, 4.0, 4.0, 4.0, 4.0, 4.0, 4.0]
     """
-    return _find(name)(*args, grid=grid, threadgroup=threadgroup, threadgroup_memory=threadgroup_memory,
-                       check=check, shuffle=shuffle, timeout=timeout)
+    return _find(name)(*args, grid=grid, threadgroups=threadgroups, threadgroup=threadgroup,
+                       threadgroup_memory=threadgroup_memory, check=check, shuffle=shuffle, timeout=timeout)

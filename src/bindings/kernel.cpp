@@ -106,7 +106,8 @@ DebugDefaults& debug_defaults() {
   return d;
 }
 
-PyKernel::PyKernel(std::shared_ptr<KernelImpl> impl) : impl_(std::move(impl)) {
+PyKernel::PyKernel(std::shared_ptr<KernelImpl> impl)
+    : impl_(std::move(impl)), default_grid_(default_grid_rule(impl_->spec())) {
   const auto& args = impl_->spec().args;
   std::vector<int> order;
   for (size_t i = 0; i < args.size(); ++i) {
@@ -236,18 +237,19 @@ void set_allocation(BoundArg& b, py::handle array) {
 
 py::object PyKernel::call(py::args args, py::kwargs kwargs) {
   const KernelSpec& sp = spec();
-  std::optional<Dims3> grid, tg;
+  GeometryRequest geometry;
   py::handle tgmem;
   bool check = debug_defaults().check;
   uint32_t shuffle = debug_defaults().shuffle;
   std::optional<double> timeout;
   for (auto item : kwargs) {
     std::string key = py::str(item.first);
-    if (key == "grid") {
-      if (!item.second.is_none()) grid = make_dims(sp.name, "grid", int_list(sp.name, "grid", item.second), true);
-    } else if (key == "threadgroup") {
-      if (!item.second.is_none())
-        tg = make_dims(sp.name, "threadgroup", int_list(sp.name, "threadgroup", item.second), false);
+    if (key == "grid" || key == "threadgroups" || key == "threadgroup") {
+      if (!item.second.is_none()) {
+        std::optional<Dims3>& d = key == "grid" ? geometry.grid : key == "threadgroups" ? geometry.threadgroups
+                                                                                        : geometry.threadgroup;
+        d = make_dims(sp.name, key.c_str(), int_list(sp.name, key.c_str(), item.second), key != "threadgroup");
+      }
     } else if (key == "threadgroup_memory") {
       tgmem = item.second;
     } else if (key == "check") {  // None: the METALKIT_CHECK default
@@ -262,7 +264,7 @@ py::object PyKernel::call(py::args args, py::kwargs kwargs) {
       timeout = timeout_seconds(sp.name, item.second);
     } else {
       throw ArgumentError("kernel '" + sp.name + "' got an unexpected keyword argument '" + key +
-                          "'; it accepts grid=, threadgroup=, threadgroup_memory=, check=, shuffle= and timeout=");
+                          "'; it accepts grid=, threadgroups=, threadgroup=, threadgroup_memory=, check=, shuffle= and timeout=");
     }
   }
   if (args.size() != slots_.size())
@@ -282,7 +284,7 @@ py::object PyKernel::call(py::args args, py::kwargs kwargs) {
   }
   // 1. Check every argument. Nothing is copied, queued or run before all pass.
   std::vector<ArrayArg> arrays;
-  std::optional<uint64_t> default_count, first_count;
+  ArrayCounts counts;  // for a default grid
   for (size_t i = 0; i < slots_.size(); ++i) {
     const Slot& slot = slots_[i];
     const ArgSpec& s = sp.args[slot.param];
@@ -293,16 +295,15 @@ py::object PyKernel::call(py::args args, py::kwargs kwargs) {
       b.data = dst;
       b.nbytes = s.value_size();
     } else {
-      const bool stage = check_array(s, slot, args[i]);
-      auto* a = py::detail::array_proxy(args[i].ptr());
+      py::handle arg = args[i];
+      const bool stage = check_array(s, slot, arg);
+      auto* a = py::detail::array_proxy(arg.ptr());
       b.data = a->data;
-      b.nbytes = size_t(py::reinterpret_borrow<py::array>(args[i]).nbytes());
-      arrays.push_back({slot.param, args[i], stage, {}});
-      if (!default_count && s.writable) default_count = b.nbytes / s.elem_size;
-      if (!first_count) first_count = b.nbytes / s.elem_size;
+      b.nbytes = size_t(py::reinterpret_borrow<py::array>(arg).nbytes());
+      arrays.push_back({slot.param, arg, stage, {}});
+      counts.add(slot.param, b.nbytes / s.elem_size);
     }
   }
-  if (!default_count) default_count = first_count;
 
   // Threadgroup memory: every [[threadgroup(i)]] parameter needs a size.
   uint64_t tg_total = 0;
@@ -343,7 +344,7 @@ py::object PyKernel::call(py::args args, py::kwargs kwargs) {
     throw DispatchError("kernel '" + sp.name + "': threadgroup memory of " + std::to_string(tg_total) +
                         " bytes exceeds the 32768 bytes Metal allows per threadgroup; use smaller tiles");
   launch.tg_bytes = tg_total;
-  launch.geometry = plan_geometry(sp.name, grid, tg, default_count, sp.max_threads);
+  launch.geometry = plan_geometry(sp, geometry, default_grid_, counts);
   launch.limits = plan_run_limits(sp.name, timeout, impl_->defers(), PyThread_get_thread_ident() == g_main_thread);
   if (launch.geometry.empty()) return py::none();
   if ((check || shuffle) && impl_->defers())

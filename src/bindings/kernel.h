@@ -43,6 +43,7 @@ class PyKernel {
   bool check_array(const ArgSpec& s, const Slot& slot, pybind11::handle obj) const;
 
   std::shared_ptr<KernelImpl> impl_;
+  DefaultGridRule default_grid_;  // whether a call may leave the grid out
   std::vector<Slot> slots_;    // ordered by buffer index
   std::vector<int> threadgroup_params_;
   uint64_t scratch_bytes_ = 0;
