@@ -21,7 +21,9 @@ class Kernel:
                  threadgroup: Optional[_Dims] = None, threadgroup_memory: Optional[Mapping[int, int]] = None,
                  check: Optional[bool] = None, shuffle: Optional[int] = None,
                  timeout: Optional[float] = None) -> None:
-        """Run and wait.
+        """Run and wait. Array parameters take numpy arrays or objects exporting ``__dlpack__``
+        or the buffer protocol (torch CPU tensors, JAX arrays, memoryview, array.array,
+        bytearray), used in place: what the kernel writes is in the caller's object.
 
         Geometry: ``grid`` counts threads (Metal's dispatchThreads), ``threadgroups``
         threadgroups (dispatchThreadgroups: the grid is ``threadgroups * threadgroup``, whole

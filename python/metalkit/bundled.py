@@ -49,7 +49,8 @@ def run(name: str, *args: Any, grid: Any = None, threadgroups: Any = None, threa
         shuffle: Optional[int] = None, timeout: Optional[float] = None) -> None:
     """Run a bundled kernel by name and wait for it.
 
-    ``grid`` counts threads per dimension,
+    Arrays are numpy arrays or objects exporting ``__dlpack__`` or the buffer protocol
+    (torch CPU tensors, memoryviews), used in place. ``grid`` counts threads per dimension,
     ``threadgroups`` threadgroups per dimension (then the grid is whole groups:
     ``threadgroups * threadgroup``), ``threadgroup`` threads per threadgroup. Each is an
     int or a tuple ``(x, y, z)`` = (width, height, depth), the reverse of numpy's shape

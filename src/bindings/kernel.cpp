@@ -9,6 +9,7 @@
 #include "py_attr.h"
 #include "buffer.h"
 #include "convert.h"
+#include "foreign.h"
 #include "py_batch.h"
 
 namespace py = pybind11;
@@ -144,7 +145,9 @@ bool PyKernel::check_array(const ArgSpec& s, const Slot& slot, py::handle obj) c
   const std::string& kname = spec().name;
   auto& api = py::detail::npy_api::get();
   if (!api.PyArray_Check_(obj.ptr()))
-    throw ArgumentError("kernel '" + kname + "': " + describe_param(s) + " takes a numpy array, got " +
+    throw ArgumentError("kernel '" + kname + "': " + describe_param(s) +
+                        " takes a numpy array (or an object exporting __dlpack__ or the buffer protocol: a torch "
+                        "tensor, a memoryview), got " +
                         std::string(py::str(py::type::of(obj).attr("__name__"))) +
                         "; pass np.asarray(x, dtype=np." + (s.type == MK_T_STRUCT ? "void" : numpy_type_name(s.type)) +
                         ") or an array from metalkit.empty/zeros/asarray");
@@ -284,6 +287,7 @@ py::object PyKernel::call(py::args args, py::kwargs kwargs) {
   }
   // 1. Check every argument. Nothing is copied, queued or run before all pass.
   std::vector<ArrayArg> arrays;
+  std::vector<py::object> foreign;  // numpy views of the call's non-numpy arrays (torch tensors, memoryviews)
   ArrayCounts counts;  // for a default grid
   for (size_t i = 0; i < slots_.size(); ++i) {
     const Slot& slot = slots_[i];
@@ -296,6 +300,8 @@ py::object PyKernel::call(py::args args, py::kwargs kwargs) {
       b.nbytes = s.value_size();
     } else {
       py::handle arg = args[i];
+      if (!py::detail::npy_api::get().PyArray_Check_(arg.ptr()))
+        arg = foreign_array(sp.name, s, slot.dtype, arg, foreign);
       const bool stage = check_array(s, slot, arg);
       auto* a = py::detail::array_proxy(arg.ptr());
       b.data = a->data;
