@@ -187,6 +187,18 @@ def test_a_read_only_dlpack_export(device, lib, rng):
     np.testing.assert_array_equal(x, kept)
 
 
+def test_a_dlpack_export_off_the_host_is_refused(lib):
+    class OnGpu(Exporter):
+        def __dlpack_device__(self):
+            return (2, 1)  # kDLCUDA, device 1
+
+    out = np.zeros(4, np.float32)
+    with pytest.raises(mk.ArgumentError, match=r"kernel 'square': parameter 'x' .* on device DLPack device 2:1; "
+                                               r"metalkit kernels use host memory"):
+        lib.square(OnGpu(np.ones(4, np.float32)), out)
+    assert not out.any()
+
+
 # ---- the buffer protocol ----
 
 @pytest.mark.parametrize("n", SIZES)

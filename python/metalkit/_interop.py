@@ -28,42 +28,56 @@ def _kind(obj: Any) -> str:
     return ("an " if name[0] in "aeiou" else "a ") + name
 
 
-def _is_torch(obj: Any) -> bool:
-    return type(obj).__module__.split(".")[0] == "torch"
+def _is_torch_tensor(obj: Any) -> bool:
+    if type(obj).__module__.split(".")[0] != "torch":
+        return False
+    import torch  # imported already: obj came from it
+    return isinstance(obj, torch.Tensor)
 
 
-def _off_host(obj: Any) -> str:
-    """The device holding a DLPack exporter's memory if the host cannot read it, else ""."""
-    if _is_torch(obj):  # torch's "meta" device has no DLPack device type at all
-        return "" if obj.device.type == "cpu" else str(obj.device)
-    kind, index = obj.__dlpack_device__()
-    return "" if int(kind) in _HOST_DEVICES else f"DLPack device {int(kind)}:{int(index)}"
+def _from_torch(t: Any, who: str) -> np.ndarray:
+    """A torch tensor's numpy view: Tensor.numpy() shares the memory and costs a fifth of DLPack's exchange."""
+    import torch
+    if t.requires_grad:
+        raise ArgumentError(f"{who} got a torch Tensor that requires grad; metalkit does not record "
+                            "gradients: pass x.detach() (it shares the memory)")
+    if t.device.type != "cpu":
+        raise _off_host_error(t, who, str(t.device))
+    if t.dtype == torch.bfloat16:  # numpy has no bfloat16 of its own: the bits, viewed as ml_dtypes'
+        try:
+            from ml_dtypes import bfloat16
+        except ImportError:
+            raise ArgumentError(f"{who} got a torch bfloat16 Tensor; numpy's bfloat16 comes from "
+                                "ml_dtypes: pip install ml_dtypes") from None
+        return t.view(torch.int16).numpy().view(bfloat16)
+    try:
+        return t.numpy()
+    except (TypeError, RuntimeError) as e:
+        raise _unreadable_error(t, who, e) from None
 
 
 def _from_dlpack(obj: Any, who: str) -> np.ndarray:
-    if _is_torch(obj):
-        if obj.requires_grad:
-            raise ArgumentError(f"{who} got a torch Tensor that requires grad; metalkit does not record "
-                                "gradients: pass x.detach() (it shares the memory)")
-        import torch
-        if obj.dtype == torch.bfloat16:  # numpy's DLPack import has no bfloat16: reinterpret the bits
-            try:
-                from ml_dtypes import bfloat16
-            except ImportError:
-                raise ArgumentError(f"{who} got a torch bfloat16 Tensor; numpy's bfloat16 comes from "
-                                    "ml_dtypes: pip install ml_dtypes") from None
-            return _from_dlpack(obj.view(torch.int16), who).view(bfloat16)
     try:
-        where = _off_host(obj)
-        if not where:
-            return np.from_dlpack(obj, **_NO_COPY)
+        kind, index = obj.__dlpack_device__()
+    except (AttributeError, BufferError, RuntimeError, TypeError, ValueError) as e:
+        raise _unreadable_error(obj, who, e) from None
+    if int(kind) not in _HOST_DEVICES:
+        raise _off_host_error(obj, who, f"DLPack device {int(kind)}:{int(index)}")
+    try:
+        return np.from_dlpack(obj, **_NO_COPY)
     except (BufferError, RuntimeError, TypeError, ValueError) as e:
-        dtype = getattr(obj, "dtype", "")
-        raise ArgumentError(f"{who} got {_kind(obj)}{f' of dtype {dtype}' if dtype else ''} that numpy cannot view "
-                            f"through DLPack ({e}); pass one whose dtype numpy has (for raw bytes, torch: "
-                            "x.view(torch.uint8))") from None
-    raise ArgumentError(f"{who} got {_kind(obj)} on device {where}; metalkit kernels use host memory: pass a "
-                        "CPU copy (torch: x.cpu()) and, for a parameter the kernel writes, copy the result back")
+        raise _unreadable_error(obj, who, e) from None
+
+
+def _off_host_error(obj: Any, who: str, where: str) -> ArgumentError:
+    return ArgumentError(f"{who} got {_kind(obj)} on device {where}; metalkit kernels use host memory: pass a "
+                         "CPU copy (torch: x.cpu()) and, for a parameter the kernel writes, copy the result back")
+
+
+def _unreadable_error(obj: Any, who: str, e: Exception) -> ArgumentError:
+    dtype = getattr(obj, "dtype", "")
+    return ArgumentError(f"{who} got {_kind(obj)}{f' of dtype {dtype}' if dtype else ''} that numpy cannot view "
+                         f"({e}); pass one whose dtype numpy has (for raw bytes, torch: x.view(torch.uint8))")
 
 
 def as_numpy(obj: Any, who: str) -> Optional[np.ndarray]:
@@ -76,6 +90,8 @@ def as_numpy(obj: Any, who: str) -> Optional[np.ndarray]:
     >>> a[0], interop.as_numpy([1, 2], "example")
     (5.0, None)
     """
+    if _is_torch_tensor(obj):
+        return _from_torch(obj, who)
     if hasattr(type(obj), "__dlpack__"):
         return _from_dlpack(obj, who)
     try:
@@ -107,7 +123,7 @@ def for_parameter(obj: Any, who: str, dtype: Optional[np.dtype], writable: bool)
         if isinstance(obj, (bytes, bytearray)) or (isinstance(obj, memoryview) and obj.format in _BYTE_FORMATS):
             fix = f"view its memory as {dtype} with np.frombuffer(x, np.{dtype}) (no copy)"
             got = "of bytes"
-        elif _is_torch(obj):
+        elif _is_torch_tensor(obj):
             fix = f"convert it first (x.to(torch.{dtype})), metalkit never converts silently"
             got = f"of dtype {obj.dtype}"
         else:

@@ -92,7 +92,26 @@ PYBIND11_MODULE(_core, m) {
         "Page-aligned device memory of nbytes bytes (between 4 GiB guards on the CPU).");
 
   py::class_<PyKernel, std::shared_ptr<PyKernel>>(m, "Kernel", "A compute kernel; call it to run it and wait.")
-      .def("__call__", &PyKernel::call)
+      .def("__call__", &PyKernel::call, R"doc(Run the kernel and wait (in metalkit.batch(): check and queue).
+
+Positional arguments bind to the buffer and scalar parameters in [[buffer(n)]] order. Array
+parameters take numpy arrays or objects exporting __dlpack__ or the buffer protocol (torch CPU
+tensors, memoryview, array.array, bytearray), used in place: the kernel's writes are in them.
+
+grid= counts threads (dispatchThreads), threadgroups= threadgroups (dispatchThreadgroups: the grid
+is threadgroups * threadgroup, whole groups; it needs threadgroup=), threadgroup= threads per
+threadgroup (default min(grid x, 256, max_threads_per_threadgroup) along x). Each is an int or a
+tuple (x, y, z) = (width, height, depth), the reverse of numpy's shape order:
+
+    out = np.zeros((rows, cols), np.float32)      # read as out[gid.y * cols + gid.x]
+    k(out, grid=(cols, rows), threadgroup=(16, 16))
+
+Without grid= and threadgroups= the grid is the arrays' common length along x, only when that
+is unambiguous: scalar position builtins, one that tells threads apart, every array of the same
+element count, and threadgroup= given if the kernel reads its threadgroup's geometry; otherwise
+DispatchError. threadgroup_memory={index: nbytes} sizes [[threadgroup(index)]] parameters. CPU
+simulator only: check=True (arrays on guarded copies), shuffle=seed (SIMD-group order),
+timeout=seconds.)doc")
       .def_property_readonly("name", [](const PyKernel& k) { return k.spec().name; })
       .def_property_readonly("args", &PyKernel::arg_specs)
       .def_property_readonly("max_threads_per_threadgroup", [](const PyKernel& k) { return k.spec().max_threads; })
