@@ -151,6 +151,22 @@ def test_torch_refusals_name_the_kernel_the_parameter_and_the_fix(lib):
     assert torch.equal(out, torch.zeros(4))  # refused calls leave the caller's data as it was
 
 
+def test_the_readme_torch_example(device):
+    lib = mk.compile("""
+#include <metal_stdlib>
+using namespace metal;
+struct Params { float scale; uint n; };
+kernel void saxpy(device const float* x [[buffer(0)]], device float* y [[buffer(1)]],
+                  constant Params& p [[buffer(2)]], uint i [[thread_position_in_grid]]) {
+    if (i < p.n) y[i] = p.scale * x[i] + y[i];
+}
+""")
+    params = np.array((2.0, 1000), dtype=np.dtype([("scale", "f4"), ("n", "u4")], align=True))[()]
+    x = torch.randn(1000); y = torch.zeros(1000)
+    lib.saxpy(x, y, params)
+    assert torch.equal(y, 2 * x)
+
+
 # ---- DLPack from other libraries ----
 
 class Exporter:
