@@ -10,7 +10,7 @@ import argparse
 import numpy as np
 
 import metalkit as mk
-from metalkit._bench import measure, per_call
+from metalkit._bench import measure, per_call, ratio
 
 from cpu_opencl import open_device
 
@@ -45,7 +45,10 @@ def main() -> None:
     print(f"{'1-thread kernel call (us)':34}{r['one_thread_call'] * 1e6:12.2f}{'':>12}"
           f"{(ocl['one_thread_call'] * 1e6 if ok else float('nan')):12.2f}")
     print(f"{'metalkit.run by name (us)':34}{r['run_by_name'] * 1e6:12.2f}")
-    print(f"numpy time / metalkit time for add_arrays: {r['numpy_add'] / r['add_arrays']:.2f}")
+    print(f"add_arrays, {ratio(r['add_arrays'], r['numpy_add'])}")
+    if ok:
+        print(f"add_arrays, {ratio(r['add_arrays'], ocl['add_arrays'], 'metalkit / OpenCL')}")
+        print(f"1-thread kernel call, {ratio(r['one_thread_call'], ocl['one_thread_call'], 'metalkit / OpenCL')}")
     print(f"OpenCL device: {ocl['device']}" if ok else f"OpenCL: {ocl['error']}")
 
 

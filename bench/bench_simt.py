@@ -24,6 +24,7 @@ from typing import Callable, Optional, Union
 import numpy as np
 
 import metalkit as mk
+from metalkit._bench import ratio as bench_ratio
 from cpu_opencl import CpuOpenCL, open_device
 
 HERE = Path(__file__).resolve().parent
@@ -111,10 +112,6 @@ def seconds(t: float) -> str:
     scale, unit = (1.0, "s") if t >= 1 else (1e-3, "ms") if t >= 1e-3 else (1e-6, "us")
     v = t / scale
     return f"{v:.3g} {unit}" if v < 100 else f"{v:.0f} {unit}"
-
-
-def times(r: float) -> str:
-    return f"{r:.2f}x" if r < 10 else f"{r:.1f}x" if r < 100 else f"{r:.0f}x"
 
 
 def expect(got: np.ndarray, want: np.ndarray, rtol: float) -> Callable[[], None]:
@@ -288,7 +285,7 @@ def header(ocl: OpenCL, reps: int) -> None:
 
 def ratio(mine: object, other: object, what: str) -> Optional[str]:
     if isinstance(mine, Timing) and isinstance(other, Timing):
-        return f"{what}: {times(mine.median / other.median)} the time"
+        return bench_ratio(mine.median, other.median, what)
     return None
 
 
@@ -299,7 +296,7 @@ def table(rows: list[Row]) -> None:
         cells = "".join(f"{str(r.cells.get(s, '-')):>16}" for s in SIDES)
         print(f"{r.key:<4}{r.label:{width - 4}}{cells}")
     print()
-    print("ratios: metalkit's time divided by the other's (below 1x, metalkit takes less time)")
+    print("ratios: metalkit's time divided by the other's")
     tree = next((r.cells.get("metalkit") for r in rows if r.key == "1"), None)
     for r in rows:
         mine = r.cells.get("metalkit")

@@ -1,5 +1,6 @@
 """The package as a library for other tools: quiet import, CLI, threads."""
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -23,6 +24,24 @@ def test_device_info():
     d = mk.device()
     assert d.backend in ("cpu", "metal") and d.simd_width == 32 and d.max_threadgroup_memory == 32768
     assert d.name
+
+
+def test_bench_ratios_read_as_times():
+    from metalkit._bench import ratio
+    assert ratio(1.11, 1.0) == "metalkit / numpy: 1.11x the time"
+    assert ratio(0.53, 1.0) == "metalkit / numpy: 0.53x the time (1.9x faster)"
+    assert ratio(2e-3, 1.0, "metalkit / PoCL") == "metalkit / PoCL: 0.002x the time (500x faster)"
+    assert ratio(37.0, 2.0) == "metalkit / numpy: 18.5x the time"
+
+
+def test_cli_bench_prints_ratios_as_times():
+    p = subprocess.run([sys.executable, "-m", "metalkit", "bench", "-n", "1001"], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.splitlines()
+    assert any(line.startswith("add_arrays, 1001 float32: metalkit ") for line in lines), p.stdout
+    ratios = [line for line in lines if " / " in line]
+    assert len(ratios) == 1 and "ratio" not in p.stdout, p.stdout
+    assert re.fullmatch(r"add_arrays, metalkit / numpy: [0-9.]+x the time( \([0-9.]+x faster\))?", ratios[0])
 
 
 def test_use_rejects_unknown_devices():

@@ -123,3 +123,19 @@ def test_2d_kernel_over_matrix_with_partial_groups(device, rng):
     out = np.zeros((cols, rows), np.float32)
     lib.transpose_add(a, out, rows, cols, grid=(cols, rows), threadgroup=(8, 8))
     np.testing.assert_array_equal(out, a.T + 1)
+
+
+def test_quadgroup_counts_of_partial_threadgroups(device):
+    lib = build("""
+    kernel void quads(device uint* out [[buffer(0)]], uint i [[thread_position_in_grid]],
+                      uint n [[quadgroups_per_threadgroup]], uint dn [[dispatch_quadgroups_per_threadgroup]],
+                      uint q [[quadgroup_index_in_threadgroup]], uint l [[thread_index_in_quadgroup]]) {
+        out[i * 4 + 0] = n; out[i * 4 + 1] = dn; out[i * 4 + 2] = q; out[i * 4 + 3] = l;
+    }""")
+    grid, tg = 23, 10  # groups of 10, 10 and a partial 3: 3, 3 and 1 quadgroups; 3 dispatched per group
+    out = np.full(grid * 4, 0xDEADBEEF, np.uint32)
+    lib.quads(out, grid=grid, threadgroup=tg)
+    i = np.arange(grid)
+    size = np.minimum(tg, grid - i // tg * tg)
+    want = np.stack([(size + 3) // 4, np.full(grid, (tg + 3) // 4), i % tg // 4, i % tg % 4], 1)
+    np.testing.assert_array_equal(out.reshape(grid, 4), want)

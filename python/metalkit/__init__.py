@@ -21,6 +21,7 @@ from ._argspec import ArgSpec
 from ._device import DeviceInfo, device, use
 from .arrays import asarray, empty, zeros
 from .bundled import kernels, run
+from .custom_kernel import CustomKernel, metal_kernel
 from .errors import (ArgumentError, CacheError, CompileError, DeviceError, DispatchError, KernelFault, KernelNotFound,
                      MetalkitError, MetalkitWarning)
 from .library import Library, compile, load
@@ -31,9 +32,9 @@ if TYPE_CHECKING:
 __version__ = "0.1.0"
 
 __all__ = [
-    "ArgSpec", "ArgumentError", "Batch", "CacheError", "CompileError", "DeviceError", "DeviceInfo", "DispatchError",
-    "Kernel", "KernelFault", "KernelNotFound", "Library", "MetalkitError", "MetalkitWarning", "asarray", "batch",
-    "compile", "device", "empty", "kernels", "load", "run", "use", "zeros",
+    "ArgSpec", "ArgumentError", "Batch", "CacheError", "CompileError", "CustomKernel", "DeviceError", "DeviceInfo",
+    "DispatchError", "Kernel", "KernelFault", "KernelNotFound", "Library", "MetalkitError", "MetalkitWarning", "asarray",
+    "batch", "compile", "device", "empty", "kernels", "load", "metal_kernel", "run", "use", "zeros",
 ]
 
 

@@ -37,7 +37,10 @@ def _build(path: str, include_dirs: list[str], defines: list[str], jobs: int | N
     import os
     import time
     import metalkit as mk
-    macros = dict(d.split("=", 1) if "=" in d else (d, 1) for d in defines)
+    macros: dict[str, object] = {}
+    for d in defines:
+        name, eq, value = d.partition("=")
+        macros[name] = value if eq else 1
     start = time.monotonic()
     try:
         lib = mk.load(path, include_dirs=include_dirs, defines=macros).build(jobs=jobs)
@@ -49,9 +52,9 @@ def _build(path: str, include_dirs: list[str], defines: list[str], jobs: int | N
     return 0
 
 
-def _bench() -> int:
+def _bench(n: int) -> int:
     from ._bench import report
-    report()
+    report(n)
     return 0
 
 
@@ -69,7 +72,8 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("-D", dest="defines", action="append", default=[], metavar="NAME[=VALUE]",
                    help="define a preprocessor macro")
     b.add_argument("-j", "--jobs", type=int, default=None, help="compilers at a time (default: one per core)")
-    sub.add_parser("bench", help="dispatch overhead and bandwidth on this device")
+    e = sub.add_parser("bench", help="dispatch overhead and bandwidth on this device")
+    e.add_argument("-n", type=int, default=1 << 24, help="float32 elements of the add_arrays run (default: 2^24)")
     args = p.parse_args(argv)
     from .errors import MetalkitError
     try:
@@ -79,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
             return _check(args.file)
         if args.cmd == "build":
             return _build(args.file, args.include_dirs, args.defines, args.jobs)
-        return _bench()
+        return _bench(args.n)
     except MetalkitError as e:  # a bad compiler or cache, an unknown device: one line, not a traceback
         print(f"python -m metalkit {args.cmd}: {e}", file=sys.stderr)
         return 1

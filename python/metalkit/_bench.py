@@ -13,6 +13,26 @@ kernel void touch(device float* x [[buffer(0)]], uint i [[thread_position_in_gri
 """
 
 
+def times(r: float) -> str:
+    """A factor as a ratio is printed: ``1.11x``, ``12.3x``, ``150x``, ``0.053x``."""
+    if r >= 100:
+        return f"{r:.0f}x"
+    if r >= 10:
+        return f"{r:.1f}x"
+    return f"{r:.2f}x" if r >= 0.1 else f"{r:.2g}x"
+
+
+def ratio(mine: float, other: float, what: str = "metalkit / numpy") -> str:
+    """One side's time against another's, as every benchmark prints it: ``metalkit / numpy: 1.11x the
+    time``, or ``metalkit / numpy: 0.53x the time (1.9x faster)`` when the first takes less time."""
+    r = mine / other
+    text = f"{what}: {times(r)} the time"
+    if r < 1:
+        faster = 1 / r
+        text += f" ({faster:.1f}x faster)" if faster < 100 else f" ({faster:.0f}x faster)"
+    return text
+
+
 def per_call(fn: Callable[[], object], seconds: float = 0.5) -> float:
     """Best-of-5 mean seconds per call of fn."""
     fn()
@@ -52,11 +72,13 @@ def measure(n: int = 1 << 24) -> dict[str, float]:
 
 
 def report(n: int = 1 << 24) -> None:
+    """Prints ``measure(n)``: times, bandwidths and metalkit's time against numpy's."""
     import metalkit as mk
     r = measure(n)
     print(f"device: {mk.device().name} [{mk.device().backend}]")
     print(f"add_arrays, {n} float32: metalkit {r['add_arrays'] * 1e3:8.3f} ms "
-          f"({r['bytes'] / r['add_arrays'] / 1e9:6.1f} GB/s)   numpy {r['numpy_add'] * 1e3:8.3f} ms "
-          f"({r['bytes'] / r['numpy_add'] / 1e9:6.1f} GB/s)   ratio numpy/metalkit {r['numpy_add'] / r['add_arrays']:.2f}")
+          f"({r['bytes'] / r['add_arrays'] / 1e9:6.1f} GB/s), numpy {r['numpy_add'] * 1e3:8.3f} ms "
+          f"({r['bytes'] / r['numpy_add'] / 1e9:6.1f} GB/s)")
+    print(f"add_arrays, {ratio(r['add_arrays'], r['numpy_add'])}")
     print(f"1-thread kernel call: {r['one_thread_call'] * 1e6:6.2f} us")
     print(f"metalkit.run by name: {r['run_by_name'] * 1e6:6.2f} us")

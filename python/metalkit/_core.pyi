@@ -1,10 +1,12 @@
-"""Type stubs for metalkit's compiled core (``metalkit._core``)."""
-from types import TracebackType
+"""Type stubs for metalkit's compiled core (``metalkit._core``); tests/test_stub.py checks they match it."""
+import sys
+from types import ModuleType, TracebackType
 from typing import Any, Mapping, Optional, Sequence, Union
 
 from ._argspec import ArgSpec
 
 _Dims = Union[int, Sequence[int]]
+_Constants = Mapping[Union[str, int], Union[bool, int, float]]
 
 class Buffer:
     """Device memory shared with the host; numpy views it through the buffer protocol."""
@@ -15,44 +17,13 @@ def allocate(nbytes: int) -> Buffer: ...
 def allocate_guarded(nbytes: int, align: int) -> Buffer: ...
 
 class Kernel:
-    """A compute kernel. Calling it binds arguments, dispatches and waits
-    (inside ``metalkit.batch()``: checks the arguments and queues the call)."""
+    """A compiled compute kernel; calling it runs the kernel and waits (see ``__call__``)."""
     def __call__(self, *args: Any, grid: Optional[_Dims] = None, threadgroups: Optional[_Dims] = None,
                  threadgroup: Optional[_Dims] = None, threadgroup_memory: Optional[Mapping[int, int]] = None,
-                 check: Optional[bool] = None, shuffle: Optional[int] = None,
-                 timeout: Optional[float] = None) -> None:
-        """Run and wait. Array parameters take numpy arrays or objects exporting ``__dlpack__``
-        or the buffer protocol (torch CPU tensors, JAX arrays, memoryview, array.array,
-        bytearray), used in place: what the kernel writes is in the caller's object.
-
-        Geometry: ``grid`` counts threads (Metal's dispatchThreads), ``threadgroups``
-        threadgroups (dispatchThreadgroups: the grid is ``threadgroups * threadgroup``, whole
-        groups; it needs ``threadgroup``), ``threadgroup`` threads per threadgroup (default
-        ``min(grid x, 256, max_threads_per_threadgroup)`` along x). Each is an int or a tuple
-        ``(x, y, z)`` = (width, height, depth), the reverse of numpy's shape order: for an
-        ``out`` of shape ``(rows, cols)`` read at ``out[gid.y * cols + gid.x]``, pass
-        ``grid=(cols, rows)``. Given neither ``grid`` nor ``threadgroups``, the grid is the
-        arrays' common element count along x, only when that is unambiguous: the kernel's
-        position builtins are scalars, one of them tells threads apart, every array argument
-        holds as many elements (counted in its parameter's type), and a kernel reading its
-        threadgroup's geometry (``thread_position_in_threadgroup``, ``[[threadgroup(i)]]``
-        memory, ...) is given ``threadgroup``; otherwise DispatchError.
-
-        CPU simulator options: ``check=True`` runs every array on a copy
-        ending right below an inaccessible page (an index past the end raises KernelFault naming the
-        parameter; the caller's arrays are untouched); ``shuffle=seed`` runs each group's
-        threads in a seeded random order (0: index order) to expose missing barriers;
-        ``timeout=seconds`` stops a kernel still running after that long with a KernelFault
-        naming the kernel, the limit and how many threadgroups completed (``math.inf``: no
-        limit). Defaults come from METALKIT_CHECK, METALKIT_SHUFFLE and METALKIT_TIMEOUT.
-
-        Ctrl-C stops a kernel called from the main thread within a few tens of milliseconds and
-        raises KeyboardInterrupt at the call (or whatever the SIGINT handler raises; if it
-        raises nothing, a KernelFault). After a timeout or an interrupt the arrays the kernel
-        writes are partly written (staged copies are not copied back); the process and later
-        calls are unaffected. On Metal a committed command buffer cannot be stopped:
-        ``timeout=`` is refused with a DispatchError, METALKIT_TIMEOUT does not apply, and
-        Ctrl-C waits for the GPU."""
+                 check: Optional[bool] = None, shuffle: Optional[int] = None, timeout: Optional[float] = None) -> None:
+        """Run and wait: ``grid``/``threadgroups``/``threadgroup`` are (x, y, z) = (width, height, depth);
+        ``check``, ``shuffle`` and ``timeout`` are the CPU simulator's (defaults: METALKIT_CHECK,
+        METALKIT_SHUFFLE, METALKIT_TIMEOUT). ``help(metalkit.Kernel.__call__)`` tells each in full."""
     @property
     def name(self) -> str: ...
     @property
@@ -82,6 +53,7 @@ class Kernel:
 class Batch:
     """What ``metalkit.batch()`` returns: a context manager that queues the kernel calls
     made in its block and waits for them once, at its end. Nested blocks share one batch."""
+    def __init__(self) -> None: ...
     def __enter__(self) -> Batch: ...
     def __exit__(self, exc_type: Optional[type[BaseException]], exc: Optional[BaseException],
                  tb: Optional[TracebackType]) -> bool: ...
@@ -96,6 +68,7 @@ def _emulate_gpu_batches(on: bool) -> None:
     """Tests only: CPU calls in a batch are queued and run at its end, as on a GPU."""
 
 class Library:
+    """A loaded module's kernels (``metalkit.Library`` wraps it)."""
     @property
     def kernel_names(self) -> list[str]: ...
     def kernel(self, name: str) -> Optional[Kernel]:
@@ -103,3 +76,12 @@ class Library:
         (it uses a function constant that was given no value)."""
 
 def load_cpu_library(path: str) -> Library: ...
+
+metal_rules: ModuleType  # the Metal backend's decisions, callable on every platform (tests)
+
+if sys.platform == "darwin":  # built with the Metal backend
+    def metal_device() -> dict[str, Any]: ...
+    def metal_compile(source: str, filename: str, constants: _Constants, fast_math: bool,
+                      kernels: Any) -> Library: ...
+    def metal_load_metallib(path: str, constants: _Constants) -> Library: ...
+    def metal_allocate(nbytes: int) -> Buffer: ...

@@ -14,12 +14,25 @@ _chosen: str | None = None
 
 
 class DeviceInfo(NamedTuple):
-    """What ``metalkit.device()`` returns."""
+    """What ``metalkit.device()`` returns.
+
+    >>> import metalkit
+    >>> d = metalkit.device()
+    >>> d.simd_width, d.max_threads_per_threadgroup >= 256
+    (32, True)
+    """
     name: str
-    backend: str          # "metal" or "cpu"
+    backend: str
     max_threads_per_threadgroup: int
     max_threadgroup_memory: int
     simd_width: int
+
+
+DeviceInfo.name.__doc__ = "The device's name (str): the GPU's, or the CPU's for the simulator."
+DeviceInfo.backend.__doc__ = 'The backend that runs kernels (str): "metal" or "cpu".'
+DeviceInfo.max_threads_per_threadgroup.__doc__ = "The most threads a threadgroup may have on this device (int)."
+DeviceInfo.max_threadgroup_memory.__doc__ = "The most threadgroup memory a threadgroup may use, in bytes (int)."
+DeviceInfo.simd_width.__doc__ = "Threads per SIMD-group (int): 32."
 
 
 def metal_available() -> bool:

@@ -30,7 +30,8 @@ def empty(shape: Any, dtype: DTypeLike = np.float32) -> np.ndarray:
     ((2, 3), dtype('int32'))
     """
     dt = np.dtype(dtype)
-    shape = (int(shape),) if np.isscalar(shape) else tuple(int(s) for s in shape)
+    dims: Any = (shape,) if np.isscalar(shape) else shape
+    shape = tuple(int(s) for s in dims)
     count = int(np.prod(shape, dtype=np.int64))
     buf = _allocate(count * dt.itemsize)
     return np.frombuffer(buf, dtype=dt, count=count).reshape(shape)

@@ -3,13 +3,14 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Mapping, Sequence, Union
 
 from . import _device
 from .errors import KernelNotFound
 from .library import load
 
 KERNELS_DIR = Path(__file__).resolve().parent / "kernels"
+Dims = Union[int, Sequence[int]]  # grid=, threadgroups=, threadgroup=: x or (x, y, z)
 _lock = threading.Lock()
 _by_name: dict[tuple[str, str], Any] = {}
 
@@ -44,29 +45,45 @@ def _find(name: str):
     return k
 
 
-def run(name: str, *args: Any, grid: Any = None, threadgroups: Any = None, threadgroup: Any = None,
-        threadgroup_memory: Optional[dict] = None, check: Optional[bool] = None,
-        shuffle: Optional[int] = None, timeout: Optional[float] = None) -> None:
-    """Run a bundled kernel by name and wait for it.
+def run(name: str, *args: Any, grid: Dims | None = None, threadgroups: Dims | None = None,
+        threadgroup: Dims | None = None, threadgroup_memory: Mapping[int, int] | None = None,
+        check: bool | None = None, shuffle: int | None = None, timeout: float | None = None) -> None:
+    """Run a bundled kernel by name and wait for it; the arguments are those of ``Kernel.__call__``.
 
-    Arrays are numpy arrays or objects exporting ``__dlpack__`` or the buffer protocol
-    (torch CPU tensors, memoryviews), used in place. ``grid`` counts threads per dimension,
-    ``threadgroups`` threadgroups per dimension (then the grid is whole groups:
-    ``threadgroups * threadgroup``), ``threadgroup`` threads per threadgroup. Each is an
-    int or a tuple ``(x, y, z)`` = (width, height, depth), the reverse of numpy's shape
-    order: an array of shape ``(rows, cols)`` is ``grid=(cols, rows)``. Without ``grid``
-    and ``threadgroups`` the grid is the arrays' common length, when that is unambiguous
-    (see Kernel.__call__; otherwise DispatchError). ``check`` and ``shuffle`` are the CPU
-    simulator's debug options, ``timeout`` its time limit in seconds (see Kernel).
+    Positional arguments bind to the kernel's parameters in ``[[buffer(n)]]``
+    order; arrays are numpy arrays or objects exporting ``__dlpack__`` or the buffer
+    protocol (torch CPU tensors, memoryviews), used in place. Keywords (all default to None; ``help(metalkit.Kernel.__call__)``
+    tells each in full):
+
+    - ``grid``: threads per dimension, an int or (x, y, z); default: one per
+      element of the arrays, when they all hold as many and the kernel's
+      position is 1-D (else DispatchError). All backends.
+    - ``threadgroups``: threadgroups per dimension, (x, y, z), instead of
+      ``grid``; needs ``threadgroup``. All backends.
+    - ``threadgroup``: threads per threadgroup, an int or (x, y, z); default:
+      ``min(grid x, 256, the kernel's maximum)`` along x. All backends.
+    - ``threadgroup_memory``: ``{index: nbytes}`` for ``[[threadgroup(index)]]``
+      parameters. All backends.
+    - ``check``: bounds-checked copies (default ``METALKIT_CHECK``); CPU simulator only.
+    - ``shuffle``: a seed for shuffled thread order, 0 for index order (default
+      ``METALKIT_SHUFFLE``); CPU simulator only.
+    - ``timeout``: seconds before a running kernel is stopped with a KernelFault
+      (default ``METALKIT_TIMEOUT``, else no limit); CPU simulator only.
+
+    Geometry tuples are (x, y, z) = (width, height, depth), the reverse of numpy's
+    shape order.
 
     >>> import numpy as np, metalkit
-    >>> a = np.full(8, 1.0, np.float32); b = np.full_like(a, 2.0); out = np.empty_like(a)
+    >>> a = np.full(5, 1.0, np.float32); b = np.full_like(a, 2.0); out = np.zeros_like(a)
     >>> metalkit.run("add_arrays", a, b, out)
     >>> out.tolist()
-    [3.0, 3.0, 3.0, 3.0, 3.0, 3.0, 3.0, 3.0]
-    >>> metalkit.run("add_arrays", a, out, out, threadgroups=2, threadgroup=4)  # 2 groups of 4 threads
+    [3.0, 3.0, 3.0, 3.0, 3.0]
+    >>> out[:] = 0; metalkit.run("add_arrays", a, b, out, grid=3, threadgroup=2)
     >>> out.tolist()
-    [4.0, 4.0, 4.0, 4.0, 4.0, 4.0, 4.0, 4.0]
+    [3.0, 3.0, 3.0, 0.0, 0.0]
+    >>> out[:] = 0; metalkit.run("add_arrays", a, b, out, threadgroups=1, threadgroup=4)  # 1 group of 4
+    >>> out.tolist()
+    [3.0, 3.0, 3.0, 3.0, 0.0]
     """
     return _find(name)(*args, grid=grid, threadgroups=threadgroups, threadgroup=threadgroup,
                        threadgroup_memory=threadgroup_memory, check=check, shuffle=shuffle, timeout=timeout)

@@ -5,12 +5,17 @@ import collections
 import os
 import threading
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Union
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Tuple, Union, overload
 
 from . import _device
 from .errors import ArgumentError, CompileError, KernelNotFound
 
+if TYPE_CHECKING:
+    from ._core import Kernel
+
 Constants = Mapping[Union[str, int], Union[bool, int, float]]
+# msl.build's arguments before kernels=: source, filename, include_dirs, constants, fast_math, defines
+_Options = Tuple[str, str, Tuple[str, ...], dict, bool, dict]
 
 # The in-memory library cache: the LIBRARY_CACHE most recently compiled or loaded
 # libraries. One dropped from it is freed (its modules unloaded) once nothing else
@@ -23,6 +28,12 @@ _libraries: "collections.OrderedDict[tuple, Library]" = collections.OrderedDict(
 def _trim() -> None:
     while len(_libraries) > LIBRARY_CACHE:
         _libraries.popitem(last=False)
+
+
+@overload
+def _cached(key: tuple) -> "Library | None": ...
+@overload
+def _cached(key: tuple, make: Callable[[], "Library"]) -> "Library": ...
 
 
 def _cached(key: tuple, make: Callable[[], "Library"] | None = None) -> "Library | None":
@@ -45,14 +56,17 @@ def _load(path: str) -> Any:
 class Library:
     """Kernels compiled from one MSL source. ``lib["name"]`` or ``lib.name`` is a Kernel.
 
+    ``lib.filename`` is the source's name, ``lib.backend`` the backend it was
+    compiled for ("cpu" or "metal"), ``lib.constants`` its function constants.
+
     >>> import metalkit
     >>> lib = metalkit.compile('''
     ... #include <metal_stdlib>
     ... using namespace metal;
     ... kernel void twice(device float* x [[buffer(0)]], uint i [[thread_position_in_grid]]) { x[i] *= 2; }
     ... ''')
-    >>> lib.kernels
-    ['twice']
+    >>> lib.kernels, lib.filename, "twice" in lib
+    (['twice'], '<source>', True)
     """
 
     def __init__(self, core: Any, filename: str, backend: str, constants: Constants | None = None,
@@ -63,7 +77,7 @@ class Library:
         self.constants = dict(constants or {})
         self._rebuild = rebuild  # the same source and options with other constants
 
-    def specialize(self, name: str, constants: Constants):
+    def specialize(self, name: str, constants: Constants) -> "Kernel":
         """Kernel ``name`` with function constants bound for it alone, on top of the library's.
 
         >>> import numpy as np, metalkit
@@ -89,7 +103,7 @@ class Library:
         """Names of the kernels in this library."""
         return list(self._core.kernel_names)
 
-    def __getitem__(self, name: str):
+    def __getitem__(self, name: str) -> "Kernel":
         k = self._core.kernel(name)
         if k is None:
             raise KernelNotFound(f"no kernel named {name!r} in {self.filename}; it has: "
@@ -97,7 +111,7 @@ class Library:
                                  "by its host_name instantiations)")
         return k
 
-    def __getattr__(self, name: str):
+    def __getattr__(self, name: str) -> "Kernel":
         if name.startswith("_"):
             raise AttributeError(name)
         return self[name]
@@ -130,11 +144,11 @@ class Library:
 class _LazyCore:
     """The kernels of a large file, each compiled when first asked for (``_core.Library``'s interface)."""
 
-    def __init__(self, filename: str, names: list[str], options: tuple):
+    def __init__(self, filename: str, names: list[str], options: _Options):
         self.filename = filename
         self.kernel_names = list(names)
         self._known = set(names)
-        self._options = options  # msl.build's arguments before kernels=
+        self._options = options
         self._lock = threading.Lock()
         self._kernels: dict[str, Any] = {}  # name -> _core.Kernel
         self._modules: dict[str, Any] = {}  # module path -> _core.Library (a group's module holds several kernels)
@@ -251,13 +265,13 @@ def compile(source: str, *, filename: str = "<source>", include_dirs: Iterable[s
     from .msl.defines import define_lines
     from .msl.includes import inline_includes
     text = define_lines(defines) + inline_includes(source, filename, include_dirs)
-    key = key + (text,)  # the headers as they are now: an edited header makes a new library
+    metal_key = key + (text,)  # the headers as they are now: an edited header makes a new library
     with _lock:
-        lib = _libraries.get(key)
+        lib = _libraries.get(metal_key)
         if lib is None:
-            lib = _libraries[key] = Library(
+            lib = _libraries[metal_key] = Library(
                 _metal.compile_source(text, source, filename, consts, fast_math), filename, backend, consts, rebuild)
-        _libraries.move_to_end(key)
+        _libraries.move_to_end(metal_key)
         _trim()
     missing = sorted(set(only or ()) - set(lib.kernels))
     if missing:  # Metal compiles every kernel; the names are still checked, as on the CPU

@@ -1,5 +1,6 @@
 // metalkit._core: buffers, libraries and kernels for Python.
 #include <pybind11/numpy.h>
+#include <pybind11/options.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -7,6 +8,7 @@
 #include "py_attr.h"
 #include "../cpu/cpu_backend.h"
 #include "buffer.h"
+#include "docs.h"
 #include "kernel.h"
 #include "metal_module.h"
 #include "py_batch.h"
@@ -78,7 +80,7 @@ PYBIND11_MODULE(_core, m) {
   });
 
   py::class_<PyBuffer>(m, "Buffer", py::buffer_protocol(), "Device memory (shared with the host).")
-      .def_property_readonly("nbytes", [](const PyBuffer& b) { return b.alloc->size(); })
+      .def_property_readonly("nbytes", [](const PyBuffer& b) { return b.alloc->size(); }, "Size in bytes (int).")
       .def_buffer([](PyBuffer& b) {
         return py::buffer_info(b.alloc->data(), 1, py::format_descriptor<uint8_t>::format(), 1,
                                {py::ssize_t(b.alloc->size())}, {py::ssize_t(1)});
@@ -91,47 +93,30 @@ PYBIND11_MODULE(_core, m) {
   m.def("allocate", [](size_t nbytes) { return PyBuffer{cpu_allocate(nbytes)}; }, py::arg("nbytes"),
         "Page-aligned device memory of nbytes bytes (between 4 GiB guards on the CPU).");
 
-  py::class_<PyKernel, std::shared_ptr<PyKernel>>(m, "Kernel", "A compute kernel; call it to run it and wait.")
-      .def("__call__", &PyKernel::call, R"doc(Run the kernel and wait (in metalkit.batch(): check and queue).
-
-Positional arguments bind to the buffer and scalar parameters in [[buffer(n)]] order. Array
-parameters take numpy arrays or objects exporting __dlpack__ or the buffer protocol (torch CPU
-tensors, memoryview, array.array, bytearray), used in place: the kernel's writes are in them.
-
-grid= counts threads (dispatchThreads), threadgroups= threadgroups (dispatchThreadgroups: the grid
-is threadgroups * threadgroup, whole groups; it needs threadgroup=), threadgroup= threads per
-threadgroup (default min(grid x, 256, max_threads_per_threadgroup) along x). Each is an int or a
-tuple (x, y, z) = (width, height, depth), the reverse of numpy's shape order:
-
-    out = np.zeros((rows, cols), np.float32)      # read as out[gid.y * cols + gid.x]
-    k(out, grid=(cols, rows), threadgroup=(16, 16))
-
-Without grid= and threadgroups= the grid is the arrays' common length along x, only when that
-is unambiguous: scalar position builtins, one that tells threads apart, every array of the same
-element count, and threadgroup= given if the kernel reads its threadgroup's geometry; otherwise
-DispatchError. threadgroup_memory={index: nbytes} sizes [[threadgroup(index)]] parameters. CPU
-simulator only: check=True (arrays on guarded copies), shuffle=seed (SIMD-group order),
-timeout=seconds.)doc")
-      .def_property_readonly("name", [](const PyKernel& k) { return k.spec().name; })
-      .def_property_readonly("args", &PyKernel::arg_specs)
-      .def_property_readonly("max_threads_per_threadgroup", [](const PyKernel& k) { return k.spec().max_threads; })
-      .def_property_readonly("simd_width", [](const PyKernel&) { return kSimdWidth; })
-      .def_property_readonly("uses_barriers", [](const PyKernel& k) { return k.spec().needs_fibers; })
-      .def_property_readonly("execution", [](const PyKernel& k) { return k.spec().execution; },
-                             "How the kernel runs: \"gpu\" on Metal; on the CPU simulator \"loop\" (no barrier or "
-                             "SIMD-group function: a plain loop over threads), \"simt\" (each SIMD-group's 32 lanes "
-                             "in lockstep), or \"fibers: <why>\" (a fiber per thread, for code the SIMT transform "
-                             "does not cover).")
-      .def_property_readonly("last_gpu_time", &PyKernel::last_gpu_time,
-                             "Seconds of GPU time the kernel's last call took (the CPU simulator: the wall time of "
-                             "the call). A call queued in metalkit.batch() on the GPU reports the time of the "
-                             "batch's whole command buffer.")
-      .def_property_readonly("signature", &PyKernel::signature)
-      .def_property_readonly("location", [](const PyKernel& k) { return py::make_tuple(k.spec().file, k.spec().line); })
+  py::class_<PyKernel, std::shared_ptr<PyKernel>> kernel(m, "Kernel", docs::kKernel);
+  {
+    py::options own_signature;  // kCall starts with the text signature help() shows; pybind's is (*args, **kwargs)
+    own_signature.disable_function_signatures();
+    kernel.def("__call__", &PyKernel::call, docs::kCall);
+  }
+  kernel.def_property_readonly("name", [](const PyKernel& k) { return k.spec().name; }, docs::kName)
+      .def_property_readonly("args", &PyKernel::arg_specs, docs::kArgs)
+      .def_property_readonly("max_threads_per_threadgroup", [](const PyKernel& k) { return k.spec().max_threads; },
+                             docs::kMaxThreads)
+      .def_property_readonly("simd_width", [](const PyKernel&) { return kSimdWidth; }, docs::kSimdWidth)
+      .def_property_readonly("uses_barriers", [](const PyKernel& k) { return k.spec().needs_fibers; },
+                             docs::kUsesBarriers)
+      .def_property_readonly("execution", [](const PyKernel& k) { return k.spec().execution; }, docs::kExecution)
+      .def_property_readonly("last_gpu_time", &PyKernel::last_gpu_time, docs::kLastGpuTime)
+      .def_property_readonly("signature", &PyKernel::signature, docs::kSignature)
+      .def_property_readonly("location", [](const PyKernel& k) { return py::make_tuple(k.spec().file, k.spec().line); },
+                             docs::kLocation)
       .def("__repr__", [](const PyKernel& k) { return "<metalkit.Kernel " + k.signature() + ">"; });
 
-  py::class_<PyLibrary, std::shared_ptr<PyLibrary>>(m, "Library")
-      .def_property_readonly("kernel_names", [](const PyLibrary& l) { return l.impl->kernel_names(); })
+  py::class_<PyLibrary, std::shared_ptr<PyLibrary>>(m, "Library",
+                                                     "A loaded module's kernels (metalkit.Library wraps it).")
+      .def_property_readonly("kernel_names", [](const PyLibrary& l) { return l.impl->kernel_names(); },
+                             "Names of the kernels in the module (list of str).")
       .def("kernel", [](py::object self, const std::string& name) -> py::object {
         auto& lib = self.cast<PyLibrary&>();
         auto it = lib.kernels.find(name);
@@ -141,7 +126,7 @@ timeout=seconds.)doc")
         auto k = std::make_shared<PyKernel>(impl);
         lib.kernels[name] = k;
         return py::cast(k);
-      });
+      }, py::arg("name"), "The kernel of that name, created once and shared, or None if there is none.");
 
   register_batch(m);
 

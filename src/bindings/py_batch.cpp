@@ -3,6 +3,7 @@
 #include <atomic>
 
 #include "../core/errors.h"
+#include "docs.h"
 #include "py_attr.h"
 
 namespace py = pybind11;
@@ -52,9 +53,7 @@ std::shared_ptr<PyBatch> current_batch() { return t_current.lock(); }
 bool emulating_gpu_batches() { return g_emulate.load(std::memory_order_relaxed); }
 
 void register_batch(py::module_& m) {
-  py::class_<BatchScope>(m, "Batch",
-                         "What metalkit.batch() returns: a context manager that queues the kernel calls made in its "
-                         "block and waits for them once, at its end.")
+  py::class_<BatchScope>(m, "Batch", docs::kBatch)
       .def(py::init<>())
       .def("__enter__", [](py::object self) {
         auto& scope = self.cast<BatchScope&>();
@@ -67,7 +66,7 @@ void register_batch(py::module_& m) {
         scope.state = open;
         ++open->depth;
         return self;
-      })
+      }, "Opens the batch (or joins the thread's open one); returns it.")
       .def("__exit__", [](BatchScope& scope, py::handle exc_type, py::handle exc, py::handle) {
         if (!scope.state || scope.state->depth == 0)
           throw std::runtime_error("metalkit.batch(): __exit__ without __enter__");
@@ -84,11 +83,12 @@ void register_batch(py::module_& m) {
             exc.attr("add_note")("metalkit.batch(): a kernel call in the block also faulted: " + b.fault());
         }
         return false;
-      })
+      }, py::arg("exc_type"), py::arg("exc"), py::arg("tb"),
+         "Waits for the queued calls; raises the KernelFault of a call that faulted.")
       .def_property_readonly("gpu_time", [](const BatchScope& s) { return s.state ? s.state->gpu_time() : 0.0; },
-                             "Seconds of GPU time the batch's calls took (the CPU simulator: their wall time).")
+                             docs::kBatchGpuTime)
       .def_property_readonly("calls", [](const BatchScope& s) { return s.state ? s.state->calls() : uint64_t(0); },
-                             "Number of kernel calls the batch queued or ran.");
+                             docs::kBatchCalls);
 
   m.def("_emulate_gpu_batches", [](bool on) { g_emulate = on; }, py::arg("on"),
         "Tests only: CPU calls in a batch are queued and run at its end, as on a GPU.");

@@ -35,6 +35,8 @@ _BUILTIN = {
     "thread_index_in_quadgroup": "(t.index_in_group % 4u)",
     "quadgroup_index_in_threadgroup": "(t.index_in_group / 4u)",
     "quadgroups_per_threadgroup": "((t.group_size.x * t.group_size.y * t.group_size.z + 3u) / 4u)",
+    "dispatch_quadgroups_per_threadgroup":
+        "((t.dispatch_group_size.x * t.dispatch_group_size.y * t.dispatch_group_size.z + 3u) / 4u)",
 }
 
 

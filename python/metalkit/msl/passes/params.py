@@ -19,7 +19,7 @@ BUILTINS = {
     "thread_execution_width", "threads_per_simdgroup", "thread_index_in_simdgroup",
     "simdgroup_index_in_threadgroup", "simdgroups_per_threadgroup",
     "dispatch_simdgroups_per_threadgroup", "thread_index_in_quadgroup",
-    "quadgroup_index_in_threadgroup", "quadgroups_per_threadgroup",
+    "quadgroup_index_in_threadgroup", "quadgroups_per_threadgroup", "dispatch_quadgroups_per_threadgroup",
 }
 SPACES = {"device": 1, "constant": 2, "threadgroup": 3, "thread": 4}
 UNSUPPORTED_PARAM_ATTRS = {"stage_in", "texture", "sampler", "payload", "imageblock_data",
