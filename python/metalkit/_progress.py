@@ -1,7 +1,10 @@
-"""A one-line progress bar for long compiles, drawn only on a terminal."""
+"""One-line progress for long compiles (a bar for a whole build, a status for one compile), drawn only on a
+terminal."""
 from __future__ import annotations
 
 import sys
+import threading
+import time
 from typing import TextIO
 
 
@@ -33,6 +36,47 @@ class Progress:
         if self._drawn:
             self.stream.write(f" ({seconds:.1f} s)\n")
             self.stream.flush()
+
+
+class Status:
+    """A one-line status for one long step (``with Status("compiling x.metal"): ...``): drawn once
+    the step has taken ``delay`` seconds, with the time so far, and erased when it ends. Silent
+    unless ``stream`` is a tty (or ``enabled`` says so).
+
+    >>> with Status("compiling x.metal", enabled=False): pass
+    """
+
+    def __init__(self, label: str, stream: TextIO | None = None, enabled: bool | None = None, delay: float = 1.0):
+        self.label, self.delay = label, delay
+        self.stream = stream if stream is not None else sys.stderr
+        self.enabled = _is_tty(self.stream) if enabled is None else enabled
+        self._done = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def __enter__(self) -> "Status":
+        if self.enabled:
+            self._thread = threading.Thread(target=self._draw, name="metalkit-status", daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._thread is not None:
+            self._done.set()
+            self._thread.join()
+
+    def _draw(self) -> None:
+        start, drawn = time.monotonic(), 0
+        if self._done.wait(self.delay):
+            return
+        while True:
+            line = f"\r{self.label}... {time.monotonic() - start:.1f} s"
+            self.stream.write(line)
+            self.stream.flush()
+            drawn = len(line) - 1
+            if self._done.wait(0.2):
+                break
+        self.stream.write("\r" + " " * drawn + "\r")
+        self.stream.flush()
 
 
 def _is_tty(stream: TextIO) -> bool:

@@ -17,19 +17,25 @@ from __future__ import annotations
 import collections
 import math
 import os
+import shutil
+import sys
+import tempfile
 import threading
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 
 from ..errors import CacheError, CompileError
-from . import cache, toolchain
+from .. import _progress
+from . import cache, pch, stdlib_stubs, toolchain, zig_direct
 from .defines import define_lines
 
 # The front end, code generator and diagnostics are imported when first needed: a
 # process that finds its kernels in the cache never loads them.
 
 EAGER_KERNELS = 8  # a file with at most this many kernels is compiled whole, at once
+STATUS_AFTER = 1.0  # seconds a compile runs before a terminal shows its status line
 MEMORY_ENTRIES = 1024  # entries kept by each in-memory cache below (least recently used dropped)
 
 _NOT_USER = ("<built-in>", "<command line>", "<scratch space>")
@@ -59,7 +65,7 @@ class _Lru:
 # key -> (module path, {user file: (mtime, size)}); lib key -> (names, tag, stats); lib key -> preprocessed text
 _memory = _Lru(MEMORY_ENTRIES)
 _names = _Lru(MEMORY_ENTRIES)
-_preprocessed = _Lru(4)  # the front end's clang -E output, for the build that follows it
+_preprocessed = _Lru(4)  # the front end's clang -E output (and its whole pre-pass), for the build that follows
 _locks_lock = threading.Lock()
 _key_locks: dict[str, list] = {}  # key -> [lock, users]: only while someone builds it
 
@@ -227,6 +233,7 @@ def _build_group(tc, opts: Options, group: list[str], cancel: threading.Event) -
     half the same way, down to the kernels that fail alone. Returns those failures."""
     if cancel.is_set():
         return {}
+    _status.on = False
     try:
         _build(tc, opts, group)
     except CompileError as e:
@@ -262,11 +269,12 @@ def _in_cache(step: Callable):
 
 def _scan(tc, opts: Options, k: str):
     """The front end alone: preprocessed once (kept for the build that may follow), pre-passed."""
-    with cache.workspace() as tmp:
-        return _front(tc, opts, k, tmp, None)
+    with cache.workspace() as tmp, _status_line(f"reading {opts.filename}"):
+        return _front(tc, opts, k, tmp, None)[0]
 
 
 def _front(tc, opts: Options, lib_key: str, tmp, kernels):
+    """The pre-passed source and the name clang -E was given it by."""
     from .diagnostics import source_line
     from .prepass import MslError, prepass
     pp = _preprocessed.get(lib_key)
@@ -274,18 +282,32 @@ def _front(tc, opts: Options, lib_key: str, tmp, kernels):
         src = tmp / "source.metal"
         # #line keeps every diagnostic in the user's own file name and lines.
         src.write_text(f'{opts.prologue}#line 1 "{_escape(opts.filename)}"\n{opts.source}')
-        text = _run(tc.preprocess(str(src), list(opts.include_dirs)), opts.source, opts.filename)
-        pp = (text, str(src), {})
-    text, src_name, _ = pp
+        pp = (_preprocess(tc, opts, str(src)), str(src), {}, None)
+    text, src_name, _, whole = pp
+    if kernels is None and whole is not None and pch.ENABLED:  # plan's scan, then the build of a small file
+        return whole, src_name
     user = lambda f: f not in _NOT_USER and not f.startswith(toolchain.INCLUDE_DIR) and f != src_name
     try:
-        result = prepass(text, user, dict(opts.constants), only=kernels)
+        result = prepass(text, user, dict(opts.constants), only=kernels,
+                         head=pch.head(text, src_name) if pch.ENABLED else 0)
     except MslError as e:
         raise CompileError(e.msg, filename=e.file, lineno=e.line or None, offset=e.col or None,
                            text=source_line(e.file, e.line, opts.source, opts.filename), log=str(e)) from None
     files = [f for f in result.files if f != opts.filename and os.path.isfile(f)]
-    _preprocessed.put(lib_key, (text, src_name, {f: _stat(f) for f in files}))
-    return result
+    _preprocessed.put(lib_key, (text, src_name, {f: _stat(f) for f in files}, result if kernels is None else whole))
+    return result, src_name
+
+
+def _preprocess(tc, opts: Options, src: str) -> str:
+    """``clang -E`` output for ``src``: through the stand-ins of msl/stdlib_stubs.py where they
+    serve, else (or if that fails, so errors read as they did) in full."""
+    stubs = stdlib_stubs.get(tc) if pch.ENABLED else None
+    if stubs is not None:
+        proc = toolchain.run(tc.preprocess(src, list(opts.include_dirs), stubs))
+        text = stubs.restore(proc.stdout, src) if proc.returncode == 0 else None
+        if text is not None:
+            return text
+    return _run(tc.preprocess(src, list(opts.include_dirs)), opts.source, opts.filename)
 
 
 def _deps(result, opts: Options) -> dict[str, str | None]:
@@ -295,16 +317,60 @@ def _deps(result, opts: Options) -> dict[str, str | None]:
 def _compile(tc, opts: Options, key: str, kernels) -> cache.Entry:
     from . import codegen
     with cache.workspace() as tmp:
-        result = _front(tc, opts, opts.key(tc, None), tmp, kernels)
+        result, src_name = _front(tc, opts, opts.key(tc, None), tmp, kernels)
         missing = sorted(set(kernels or ()) - {k.host_name for k in result.kernels})
         if missing:
             raise CompileError(f"kernels=: no kernel named {missing[0]!r} in {opts.filename}; check the name "
                                "(a template is named by its host_name instantiations)", filename=opts.filename)
-        module = tmp / "module.cpp"
-        module.write_text(result.text + "\n" + codegen.launchers(result.kernels))
-        out = tmp / "module.so"
-        _run(tc.compile(str(module), str(out), opts.fast_math), opts.source, opts.filename)
+        text = result.text + "\n" + codegen.launchers(result.kernels)
+        label = opts.filename if kernels is None or len(kernels) != 1 else f"{opts.filename} ({kernels[0]})"
+        with _status_line(f"compiling {label}"):
+            out = _codegen(tc, opts, text, src_name, tmp)
         return cache.store(key, out, _deps(result, opts), [k.host_name for k in result.kernels])
+
+
+class _StatusSwitch(threading.local):
+    on = True  # False on build_all's worker threads: the build's bar stands for them
+
+
+_status = _StatusSwitch()
+
+
+def _status_line(label: str) -> _progress.Status:
+    """A long step's status line on a terminal (not on build_all's workers)."""
+    return _progress.Status(label, enabled=None if _status.on else False, delay=STATUS_AFTER)
+
+
+def _codegen(tc, opts: Options, text: str, src_name: str, tmp: Path) -> Path:
+    """The pre-passed ``text`` compiled into ``tmp/module.so``: against the precompiled headers when
+    they can be had (msl/pch.py), else, or if that fails, the whole text as it is."""
+    module, out = tmp / "module.cpp", tmp / "module.so"
+    parts = pch.split(text, src_name) if pch.ENABLED else None
+    header = pch.header(tc, opts.fast_math, parts[0]) if parts else None
+    if header is not None:
+        module.write_text(parts[1])
+        if _against(tc, opts, header, module, out):
+            return out
+    module.write_text(text)
+    _run(tc.compile(str(module), str(out), opts.fast_math), opts.source, opts.filename)
+    if header is not None:  # the whole text compiles, so the header was at fault
+        pch.refuse(tc, opts.fast_math, parts[0])
+    return out
+
+
+def _against(tc, opts: Options, header: Path, module: Path, out: Path) -> bool:
+    """Whether ``module`` compiled against ``header``: with zig, by the commands zig_direct.py
+    recorded for the header (recording them the first time), else by the compiler's driver."""
+    direct = zig_direct.commands(header, str(module), str(module.with_suffix(".o")), str(out)) \
+        if tc.kind == "zig" else None
+    if direct is not None and all(toolchain.run(cmd).returncode == 0 for cmd in direct):
+        return True
+    if tc.kind == "zig" and direct is None and zig_direct.may_record(header):
+        return zig_direct.compile_and_record(tc, header, str(module), str(out), opts.fast_math)
+    built = toolchain.run(tc.compile(str(module), str(out), opts.fast_math, str(header))).returncode == 0
+    if built and direct is not None:  # zig's driver built what the recorded commands did not
+        zig_direct.drop(header)
+    return built
 
 
 def _escape(s: str) -> str:
@@ -315,5 +381,21 @@ def _run(cmd: list[str], source: str, filename: str) -> str:
     from .diagnostics import compile_error
     proc = toolchain.run(cmd)
     if proc.returncode != 0:
-        raise compile_error(proc.stderr or str(proc.returncode), source, filename)
+        error = compile_error(proc.stderr or str(proc.returncode), source, filename)
+        if toolchain.verbose():
+            _keep_input(cmd, error)
+        raise error
     return proc.stdout
+
+
+def _keep_input(cmd: list[str], error: CompileError) -> None:
+    """METALKIT_VERBOSE: copy the file a failing command compiled (the generated C++, or the source
+    given to the preprocessor) out of the build's temporary folder, and name it in ``error``."""
+    src = next(a for a in reversed(cmd) if a.endswith((".cpp", ".metal")))
+    fd, kept = tempfile.mkstemp(prefix="metalkit-failed-", suffix=os.path.splitext(src)[1])
+    with os.fdopen(fd, "wb") as f, open(src, "rb") as g:
+        shutil.copyfileobj(g, f)
+    note = f"the code the compiler was given is kept in {kept} (METALKIT_VERBOSE)"
+    error.msg = f"{error.msg}; {note}"
+    error.args = (error.msg,) + error.args[1:]
+    print(f"metalkit: {note}", file=sys.stderr)

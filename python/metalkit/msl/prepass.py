@@ -31,7 +31,7 @@ __all__ = ["prepass", "MslError", "Kernel", "Param", "Result"]
 
 
 def prepass(text: str, is_user, constants: dict | None = None, only=None, duplicates: str = "error",
-            fibers: str = "") -> Result:
+            fibers: str = "", head: int = 0) -> Result:
     """Pre-passed text and its kernels.
 
     ``is_user(file)``: whether a file's lines are the user's (others pass through).
@@ -40,6 +40,9 @@ def prepass(text: str, is_user, constants: dict | None = None, only=None, duplic
     ``duplicates="drop"``: kernels sharing a host name are left out instead of being an error.
     ``fibers``: if set, no SIMT transform: kernels with barriers or SIMD-group functions run a fiber
     per thread, and this says why.
+    ``head``: the length of a leading part of ``text`` that is metalkit's headers, whole declarations
+    that recur in every text after its first line (a marker naming the file): the names they
+    declare are read once (msl/pch.py finds it).
     """
     unit = Unit(Source(text, is_user), dict(constants or {}), only)
     loop_hints.drop_unexpanded(unit)
@@ -54,11 +57,11 @@ def prepass(text: str, is_user, constants: dict | None = None, only=None, duplic
         unit.kernels = [k for k in unit.kernels if k.host_name in only]
         kernels.blank_unbuilt(unit)
     overloads.drop(unit)
-    fp16_casts.rewrite(unit, text)
+    fp16_casts.rewrite(unit, text, head)
     keywords.rewrite(unit)
     if fibers:
         for k in unit.kernels:
             k.execution = f"fibers: {fibers}" if k.needs_sync else "loop"
     else:
-        simt.transform(unit, reach, text)
+        simt.transform(unit, reach, text, head)
     return Result(unit.src.render(), unit.kernels, unit.src.files)

@@ -10,6 +10,7 @@ import contextlib
 import functools
 import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -51,13 +52,32 @@ class Toolchain:
     def _clang(self) -> list[str]:
         return [self.path, "clang"] if self.kind == "zig" else [self.path]
 
-    def preprocess(self, source: str, include_dirs: list[str]) -> list[str]:
-        cmd = self._clang() + LANGUAGE_FLAGS + DIAGNOSTIC_FLAGS + ["-E", "-I", INCLUDE_DIR, "-include", "metal_stdlib"]
+    def preprocess(self, source: str, include_dirs: list[str], stubs=None) -> list[str]:
+        """``clang -E`` of ``source`` after ``<metal_stdlib>``; with ``stubs`` (msl/stdlib_stubs.py),
+        after its macros and stand-ins instead."""
+        cmd = self._clang() + LANGUAGE_FLAGS + DIAGNOSTIC_FLAGS + ["-E"]
+        if stubs is not None:
+            cmd += ["-I", stubs.include, "-I", INCLUDE_DIR, "-include", stubs.macros]
+        else:
+            cmd += ["-I", INCLUDE_DIR, "-include", "metal_stdlib"]
         for d in include_dirs:
             cmd += ["-I", d]
         return cmd + [source]
 
-    def compile(self, source: str, output: str, fast_math: bool) -> list[str]:
+    def compile(self, source: str, output: str, fast_math: bool, pch: str | None = None) -> list[str]:
+        """``source`` (preprocessed C++) -> the shared module ``output``; ``pch``: a header from
+        ``precompile`` to read first (same ``fast_math``: its flags must match)."""
+        return self._codegen(source, fast_math) + (["-include-pch", pch] if pch else []) + \
+            ["-shared", source, "-o", output]
+
+    def precompile(self, header: str, output: str, fast_math: bool) -> list[str]:
+        """The precompiled header ``output`` of ``header``, for ``compile(..., pch=output)``. No
+        timestamp in it: a header is checked against its input's size only, the cache's key
+        standing for the content (msl/pch.py)."""
+        return self._codegen(header, fast_math) + ["-Xclang", "-fno-pch-timestamp", "-x", "c++-header", header,
+                                                   "-o", output]
+
+    def _codegen(self, source: str, fast_math: bool) -> list[str]:
         if self.kind == "zig":
             # zig targets the native CPU by default, and adds full debug info unless told
             # otherwise (a quarter of the build time of a large library, and half its memory).
@@ -80,17 +100,23 @@ class Toolchain:
         # a GPU reads a vector at its element's alignment, and real kernels do (a float4
         # through a float pointer + 1). Aligned data moves as fast that way; 8-byte atomics keep
         # their natural alignment.
-        cmd += LANGUAGE_FLAGS + DIAGNOSTIC_FLAGS + ["-O2", "-fPIC", "-shared", "-fvisibility=hidden", "-w",
+        cmd += LANGUAGE_FLAGS + DIAGNOSTIC_FLAGS + ["-O2", "-fPIC", "-fvisibility=hidden", "-w",
                                                     "-I", INCLUDE_DIR, "-fno-math-errno", "-fstack-clash-protection",
                                                     "-fmax-type-align=8"]
         if fast_math:
             cmd.append("-ffast-math")
-        return cmd + [source, "-o", output]
+        return cmd
 
     def version(self) -> str:
         """The first line ``--version`` prints ("" if it prints nothing)."""
         out = run(self._clang() + ["--version"])
         return next((line.strip() for line in (out.stdout + out.stderr).splitlines() if line.strip()), "")
+
+
+def verbose() -> bool:
+    """``METALKIT_VERBOSE=1``: each compiler command line is printed to stderr, and a failing
+    build's input is kept (build.py). Read on each call."""
+    return os.environ.get("METALKIT_VERBOSE", "") not in ("", "0")
 
 
 def run(cmd: list[str], input: str | None = None) -> subprocess.CompletedProcess:
@@ -106,6 +132,8 @@ def run(cmd: list[str], input: str | None = None) -> subprocess.CompletedProcess
     zig_cache = str(cache.root() / "zig")
     env.setdefault("ZIG_GLOBAL_CACHE_DIR", zig_cache)
     env.setdefault("ZIG_LOCAL_CACHE_DIR", zig_cache)
+    if verbose():
+        print(f"metalkit: {shlex.join(cmd)}", file=sys.stderr, flush=True)
     try:
         proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL if input is None else subprocess.PIPE,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,

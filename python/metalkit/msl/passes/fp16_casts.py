@@ -13,6 +13,8 @@ and passes anything else on unchanged (include/metalkit/vec.h):
 """
 from __future__ import annotations
 
+import functools
+
 import re
 
 from ..model import Unit
@@ -24,10 +26,10 @@ _ALIAS = re.compile(r"\btypedef\s+(?:metal::)?(\w+)\s+(\w+)\s*;|\busing\s+(\w+)\
 _WRAP = "::metal::__mk::cast_arg<{}>("
 
 
-def fp16_names(text: str) -> set[str]:
-    """half, bfloat and the typedef / alias names that resolve to one of them."""
+def fp16_names(text: str, head: int = 0) -> set[str]:
+    """half, bfloat and the typedef / alias names that resolve to one of them (``head``: see prepass)."""
     names = set(FP16)
-    pairs = [(m.group(2), m.group(1)) if m.group(1) else (m.group(3), m.group(4)) for m in _ALIAS.finditer(text)]
+    pairs = _aliases(text[text.find("\n") + 1:head] if head else "") + _aliases_in(text[head:])
     changed = True
     while changed:
         changed = False
@@ -38,9 +40,19 @@ def fp16_names(text: str) -> set[str]:
     return names
 
 
-def rewrite(unit: Unit, text: str) -> None:
+@functools.lru_cache(maxsize=4)
+def _aliases(text: str) -> list[tuple[str, str]]:
+    return _aliases_in(text)
+
+
+def _aliases_in(text: str) -> list[tuple[str, str]]:
+    """(new name, old name) of every typedef and alias declaration."""
+    return [(m.group(2), m.group(1)) if m.group(1) else (m.group(3), m.group(4)) for m in _ALIAS.finditer(text)]
+
+
+def rewrite(unit: Unit, text: str, head: int = 0) -> None:
     toks, src = unit.toks, unit.src
-    fp16 = fp16_names(text)
+    fp16 = fp16_names(text, head)
     n = len(toks)
     for i, t in enumerate(toks):
         if i in unit.dropped or t.kind != "id":

@@ -53,14 +53,14 @@ LANE_BUILTINS = {
 assert set(LANE_BUILTINS) <= BUILTINS
 
 
-def transform(unit: Unit, reach: Reach, text: str) -> None:
+def transform(unit: Unit, reach: Reach, text: str, head: int = 0) -> None:
     """Rewrites the SIMT functions of `unit` and sets each kernel's `execution`."""
     for k in unit.kernels:
         k.execution = "loop"
     sync_kernels = [k for k in unit.kernels if k.needs_sync]
     if not sync_kernels:
         return
-    names = names_mod.collect(text)
+    names = names_mod.collect(text, head)
     sync_names = {n for n, s in reach.sync.items() if s}
     by_name: dict[str, list[FnDef]] = {}
     for f in unit.functions:

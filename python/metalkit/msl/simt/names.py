@@ -7,6 +7,8 @@ class, enum, typedef, alias and template declarations introduce.
 """
 from __future__ import annotations
 
+import functools
+
 from dataclasses import dataclass, field
 
 from ..tokens import Token, tokenize_line
@@ -33,8 +35,19 @@ class Names:
         return name in self.types or name in BUILTIN_TYPES
 
 
-def collect(text: str) -> Names:
-    """Type and template names declared anywhere in a preprocessed text."""
+def collect(text: str, head: int = 0) -> Names:
+    """Type and template names declared anywhere in a preprocessed text. ``text[:head]``: whole
+    declarations that recur (metalkit's headers), read once."""
+    part, rest = _collect_cached(text[text.find("\n") + 1:head] if head else ""), _collect(text[head:])
+    return Names(part.types | rest.types, part.templates | rest.templates)
+
+
+@functools.lru_cache(maxsize=4)
+def _collect_cached(text: str) -> Names:
+    return _collect(text)
+
+
+def _collect(text: str) -> Names:
     toks: list[Token] = []
     for i, line in enumerate(text.split("\n")):
         if not line.startswith("#"):
