@@ -64,7 +64,7 @@ def test_dtype_mismatch_is_never_converted(device):
     with pytest.raises(mk.ArgumentError, match=r"parameter 'a' .* takes elements of dtype float32, got an array of "
                                                r"dtype float64; convert it first \(x.astype\(np.float32\)\)"):
         mk.run("add_arrays", a, out, out)
-    with pytest.raises(mk.ArgumentError, match="takes a numpy array, got list"):
+    with pytest.raises(mk.ArgumentError, match="takes a numpy array .*got list"):
         mk.run("add_arrays", [1.0, 2.0], out, out)
     k = build("kernel void k(device float* x [[buffer(0)]]) {}").k
     with pytest.raises(mk.ArgumentError, match=r"kernel 'k' has no parameter named 'grd' \(did you mean 'grid'\?\); .* the call's own keywords are grid="):

@@ -90,9 +90,9 @@ def test_fiber_stack_overflow(device):
     lib = build(SRC)
     x = np.zeros(4, np.float32)
     with pytest.raises(mk.KernelFault, match=r"stack overflow in threadgroup \(0, 0, 0\), SIMD-group 0 \(threads 0-3\)"):
-        lib.deep_stack(x)
+        lib.deep_stack(x, grid=4)
     with pytest.raises(mk.KernelFault, match="stack overflow"):  # and again: the guard pages still work
-        lib.deep_stack(x)
+        lib.deep_stack(x, grid=4)
 
 
 def test_faults_in_many_groups_report_one(device, rng):

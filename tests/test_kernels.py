@@ -191,7 +191,7 @@ def test_blelloch_scan(device, rng, n):
     # the whole array: scan the block sums, add them back on the device
     offsets = (np.cumsum(sums[:blocks]) - sums[:blocks]).astype(np.int32)
     yy = y[:n]
-    lib.add_offsets(yy, offsets)
+    lib.add_offsets(yy, offsets, grid=n)  # one thread per element; offsets has one per block
     np.testing.assert_array_equal(yy, np.cumsum(x.astype(np.int64)) - x)
 
 
@@ -558,14 +558,14 @@ def test_max_total_threads_per_threadgroup(device, rng):
     n = 1000
     x = rng.standard_normal(n).astype(np.float32)
     y = x.copy()
-    k(y, n)
+    k(y, n, grid=n)
     np.testing.assert_array_equal(y, reverse_ref(x, limit))
     for tg in (1, 7, 32):
         y = x.copy()
         k(y, n, threadgroup=tg)
         np.testing.assert_array_equal(y, reverse_ref(x, tg))
     y = x[:1].copy()
-    k(y, 1)
+    k(y, 1, grid=1)
     assert y[0] == x[0]
     for bad in (limit + 1, 256, (16, 8)):
         y = x.copy()

@@ -192,7 +192,7 @@ def test_loop_hints_naming_macros_compile(device):
     }""")
     x = np.arange(8, dtype=np.float32)
     y = np.zeros(2, np.float32)
-    lib.k(x, y)
+    lib.k(x, y, grid=2)
     assert y.tolist() == [18, 66]
 
 

@@ -166,8 +166,9 @@ def test_signatures_come_from_the_source_as_the_cpu_backend_reads_them(clang, mo
     sigs = kernel_signatures(inline_includes(SOURCE, "k.metal"))
     # Comments are never read; kernels that macros produce are seen once the text is preprocessed.
     assert set(sigs) == ({"scale", "fill_f", "from_macro"} if clang else {"scale", "fill_f"})
-    file, line, params = sigs["scale"]
+    file, line, params, builtins = sigs["scale"]
     assert (file, line) == ("k.metal", 6)
+    assert builtins == [("i", "thread_position_in_grid", "uint i", 1)]
     assert params == [("buffer", 0, "out", "device float* out", DEVICE, 0),
                       ("scalar", 2, "s", "constant float& s", CONSTANT, 0),
                       ("buffer", 1, "in", "device const float4* in", DEVICE, 0),
@@ -198,7 +199,8 @@ def test_reflection_and_signature_make_the_kernels_arguments():
     assert (file, line) == ("k.metal", 6)
     assert [(a[0], a[1], a[2]) for a in args] == [("buffer", 0, "out"), ("buffer", 1, "in"), ("scalar", 2, "s"),
                                                   ("scalar", 3, "p"), ("buffer", 4, "counter"),
-                                                  ("scalar", 5, "strides"), ("threadgroup", 0, "tile")]
+                                                  ("scalar", 5, "strides"), ("threadgroup", 0, "tile"),
+                                                  ("builtin", -1, "i")]
     s = args[2]
     assert s[3] == "constant float& s" and s[4] == "float" and s[6] == "constant" and s[7] is False
     assert args[1][4:6] == ("float", 4) and args[1][8] == 16
@@ -238,7 +240,7 @@ def test_metal_errors_point_at_the_users_header(tmp_path, monkeypatch):
     assert (info.value.filename, info.value.lineno, info.value.offset) == (str(header), 2, 37)
     assert info.value.text == "inline float twice(float x) { return y * x; }"
     assert seen["text"] == text and seen["constants"] == {"n": 3}
-    assert seen["kernels"] == {"k": ("<source>", 2, [])}
+    assert seen["kernels"] == {"k": ("<source>", 2, [], [])}
 
 
 def test_metalkits_own_compile_messages_pass_through(monkeypatch):

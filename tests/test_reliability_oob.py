@@ -259,7 +259,7 @@ def test_nine_floats_read_as_float4(rng, check):
     lib = build(VECTORS)
     a = rng.random(9, dtype=np.float32)
     out = np.zeros(4, np.float32)
-    lib.nine(a, out, check=check)
+    lib.nine(a, out, grid=4, check=check)
     np.testing.assert_allclose(out, a[0:4] + a[4:8] * 10 + a[8] * 100, rtol=1e-6)
 
 

@@ -34,7 +34,7 @@ SCRIPT = textwrap.dedent("""
     def check(kernel, n):
         x = rng.standard_normal(n).astype(np.float32)
         y = np.full_like(x, np.nan)
-        kernel(x, y)
+        kernel(x, y, grid=n)
         np.testing.assert_array_equal(y, x * np.float32(3) + np.float32(1))
 
     first = mk.compile(SRC + "0")

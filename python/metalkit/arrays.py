@@ -52,11 +52,23 @@ def zeros(shape: Any, dtype: DTypeLike = np.float32) -> np.ndarray:
 def asarray(obj: Any, dtype: DTypeLike | None = None) -> np.ndarray:
     """``obj`` as a C-contiguous array in device-shared memory; copied only if it is not one already.
 
-    >>> import metalkit
+    ``obj`` is anything numpy takes, or an object exporting ``__dlpack__`` (a torch CPU tensor,
+    a JAX array; a torch bfloat16 tensor becomes ``ml_dtypes.bfloat16``) or the buffer
+    protocol (memoryview, array.array, bytearray). Unless that memory is device memory
+    already, the result is a copy: a kernel's writes to it do not reach ``obj`` (pass
+    ``obj`` itself to the kernel for that).
+
+    >>> import array, metalkit
     >>> a = metalkit.asarray([1, 2, 3], dtype="float32")
     >>> a.tolist(), metalkit.asarray(a) is a
     ([1.0, 2.0, 3.0], True)
+    >>> metalkit.asarray(array.array("i", [4, 5])).dtype
+    dtype('int32')
     """
+    if not isinstance(obj, np.ndarray):
+        from ._interop import as_numpy
+        view = as_numpy(obj, "metalkit.asarray")
+        obj = obj if view is None else view
     src = np.asarray(obj, dtype=dtype)
     if src is obj and src.flags.c_contiguous and _on_device(src):
         return src

@@ -51,11 +51,13 @@ def run(name: str, *args: Any, grid: Dims | None = None, threadgroups: Dims | No
     """Run a bundled kernel by name and wait for it; the arguments are those of ``Kernel.__call__``.
 
     Positional arguments bind to the kernel's parameters in ``[[buffer(n)]]``
-    order. Keywords (all default to None; ``help(metalkit.Kernel.__call__)``
+    order; arrays are numpy arrays or objects exporting ``__dlpack__`` or the buffer
+    protocol (torch CPU tensors, memoryviews), used in place. Keywords (all default to None; ``help(metalkit.Kernel.__call__)``
     tells each in full):
 
     - ``grid``: threads per dimension, an int or (x, y, z); default: one per
-      element of the first written array. All backends.
+      element of the arrays, when they all hold as many and the kernel's
+      position is 1-D (else DispatchError). All backends.
     - ``threadgroups``: threadgroups per dimension, (x, y, z), instead of
       ``grid``; needs ``threadgroup``. All backends.
     - ``threadgroup``: threads per threadgroup, an int or (x, y, z); default:
@@ -79,9 +81,9 @@ def run(name: str, *args: Any, grid: Dims | None = None, threadgroups: Dims | No
     >>> out[:] = 0; metalkit.run("add_arrays", a, b, out, grid=3, threadgroup=2)
     >>> out.tolist()
     [3.0, 3.0, 3.0, 0.0, 0.0]
+    >>> out[:] = 0; metalkit.run("add_arrays", a, b, out, threadgroups=1, threadgroup=4)  # 1 group of 4
+    >>> out.tolist()
+    [3.0, 3.0, 3.0, 3.0, 0.0]
     """
-    options: dict[str, Any] = {}
-    if threadgroups is not None:  # passed on only when given
-        options["threadgroups"] = threadgroups
-    return _find(name)(*args, grid=grid, threadgroup=threadgroup, threadgroup_memory=threadgroup_memory,
-                       check=check, shuffle=shuffle, timeout=timeout, **options)
+    return _find(name)(*args, grid=grid, threadgroups=threadgroups, threadgroup=threadgroup,
+                       threadgroup_memory=threadgroup_memory, check=check, shuffle=shuffle, timeout=timeout)

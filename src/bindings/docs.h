@@ -23,9 +23,10 @@ passed), then keyword arguments by parameter name (``kernel(x, out=y)``);
 ``kernel.signature`` lists them. The keywords, in short (see
 ``help(metalkit.Kernel.__call__)`` for each in full):
 
-- ``grid=(x, y, z)``: threads to run (default: one per element of the first
-  written array); or ``threadgroups=(x, y, z)``: threadgroups to run, with
-  ``threadgroup=`` giving their size.
+- ``grid=(x, y, z)``: threads to run (default: one per element of the
+  arrays, when they all hold as many and the kernel's position is 1-D); or
+  ``threadgroups=(x, y, z)``: threadgroups to run, with ``threadgroup=``
+  giving their size.
 - ``threadgroup=(x, y, z)``: threads per threadgroup (default: up to 256 along x).
 - ``threadgroup_memory={index: nbytes}``: sizes of ``[[threadgroup(index)]]`` buffers.
 - ``check=``, ``shuffle=``, ``timeout=``: the CPU simulator's bounds checks,
@@ -74,6 +75,11 @@ parameter):
   used in place; others are copied, and written parameters copied back.
   Raw memory (``device void*``, ``uchar*``) takes any array's bytes as
   ``x.view(np.uint8)``.
+  Objects exporting ``__dlpack__`` or the buffer protocol (torch CPU tensors,
+  JAX arrays, memoryview, array.array, bytearray) are viewed as numpy arrays of
+  their memory, with no copy: the kernel's writes land in them. A torch tensor
+  that requires grad or lives on another device, or a read-only export for a
+  written parameter, raises ``ArgumentError`` saying what to pass instead.
 - ``constant T&`` takes a Python or numpy scalar (range-checked), a vector
   type a tuple, a ``constant T x[N]`` array exactly N values.
 - A struct (``constant S&``, ``constant S*``, ``device S*``) takes values of
@@ -95,15 +101,24 @@ Keywords (None, the default of each, means "use the default" below):
     Threads to run per dimension (Metal's ``dispatchThreads``: the last
     threadgroup of a dimension may be partial, so the kernel need not guard
     against a grid that is not a multiple of the threadgroup). 0 in any
-    dimension runs nothing. Default: one thread per element of the first
-    array bound to a written parameter (else of the first array), counted in
-    the parameter's element type (a ``device float4*`` over 64 floats is 16
-    threads). All backends.
+    dimension runs nothing. Default (neither ``grid`` nor ``threadgroups``):
+    one thread per element of the arrays along x, counted in each
+    parameter's element type (a ``device float4*`` over 64 floats is 16
+    threads), only when that is unambiguous: the kernel's position builtins
+    are scalars (a ``uint2`` position is a 2-D grid the arrays cannot
+    shape), one of them tells threads apart, every array argument holds as
+    many elements (a reduction's shorter output would make the grid a
+    guess), and a kernel reading its threadgroup's geometry
+    (``thread_position_in_threadgroup``, ``[[threadgroup(i)]]`` memory, ...)
+    is given ``threadgroup=``. Otherwise ``DispatchError`` names the kernel
+    and the reason. All backends.
 ``threadgroups``: int, or tuple of 1 to 3 ints (x, y, z)
     Threadgroups to run per dimension (Metal's ``dispatchThreadgroups``), the
     alternative to ``grid=`` that host code ported from Metal passes; needs
-    ``threadgroup=``. Every threadgroup is then full: the grid is
-    ``threadgroups * threadgroup`` threads per dimension. All backends.
+    ``threadgroup=`` (a count of groups means nothing without their size),
+    and giving ``grid=`` too is a ``DispatchError``. Every threadgroup is
+    then full: the grid is ``threadgroups * threadgroup`` threads per
+    dimension. All backends.
 ``threadgroup``: int, or tuple of 1 to 3 ints (x, y, z)
     Threads per threadgroup; their product is at most
     ``kernel.max_threads_per_threadgroup``. Default: ``min(grid x, 256,
@@ -169,6 +184,13 @@ cannot take), ``KernelFault`` (a fault while it ran); each names the kernel.
 >>> lib.reverse_groups(x, grid=8, threadgroup=4, threadgroup_memory={0: 4 * x.itemsize})
 >>> x.tolist()
 [3.0, 2.0, 1.0, 0.0, 7.0, 6.0, 5.0, 4.0]
+>>> lib.reverse_groups(x, threadgroups=4, threadgroup=2, threadgroup_memory={0: 8})  # 4 groups of 2
+>>> x.tolist()
+[2.0, 3.0, 0.0, 1.0, 6.0, 7.0, 4.0, 5.0]
+>>> lib.reverse_groups(x, threadgroup_memory={0: 16})  # doctest: +ELLIPSIS
+Traceback (most recent call last):
+    ...
+metalkit.errors.DispatchError: kernel 'reverse_groups': no default grid, because 'threadgroup float* t' depends on the threadgroup size, ...
 
 The CPU simulator's debug options (``metalkit.use("cpu")`` selects it on a Mac):
 

@@ -10,6 +10,7 @@
 #include "buffer.h"
 #include "call_args.h"
 #include "convert.h"
+#include "foreign.h"
 #include "py_batch.h"
 #include "struct_args.h"
 
@@ -27,7 +28,7 @@ py::object dtype_for(const ArgSpec& s) {
 }
 
 // The call's own keywords, for messages.
-constexpr const char* kCallKeywords = "grid=, threadgroup=, threadgroup_memory=, check=, shuffle= and timeout=";
+constexpr const char* kCallKeywords = "grid=, threadgroups=, threadgroup=, threadgroup_memory=, check=, shuffle= and timeout=";
 
 // "device const float* a" for a parameter declared "device float* a".
 std::string const_decl(const ArgSpec& s) {
@@ -115,7 +116,8 @@ DebugDefaults& debug_defaults() {
   return d;
 }
 
-PyKernel::PyKernel(std::shared_ptr<KernelImpl> impl) : impl_(std::move(impl)) {
+PyKernel::PyKernel(std::shared_ptr<KernelImpl> impl)
+    : impl_(std::move(impl)), default_grid_(default_grid_rule(impl_->spec())) {
   const auto& args = impl_->spec().args;
   for (const ArgSpec& a : args) dtypes_.push_back(a.kind == ArgKind::Builtin ? py::none() : dtype_for(a));
   std::vector<int> order;
@@ -178,7 +180,9 @@ bool PyKernel::check_array(const ArgSpec& s, const Slot& slot, py::handle obj) c
   const std::string& kname = spec().name;
   auto& api = py::detail::npy_api::get();
   if (!api.PyArray_Check_(obj.ptr()))
-    throw ArgumentError("kernel '" + kname + "': " + describe_param(s) + " takes a numpy array, got " +
+    throw ArgumentError("kernel '" + kname + "': " + describe_param(s) +
+                        " takes a numpy array (or an object exporting __dlpack__ or the buffer protocol: a torch "
+                        "tensor, a memoryview), got " +
                         std::string(py::str(py::type::of(obj).attr("__name__"))) + "; pass " +
                         (s.type == MK_T_STRUCT ? "np.zeros(n, kernel.args[" + std::to_string(s.position) + "].dtype)"
                                                : "np.asarray(x, dtype=np." + std::string(numpy_type_name(s.type)) + ")") +
@@ -265,7 +269,7 @@ void set_allocation(BoundArg& b, py::handle array) {
 
 py::object PyKernel::call(py::args args, py::kwargs kwargs) {
   const KernelSpec& sp = spec();
-  std::optional<Dims3> grid, tg;
+  GeometryRequest geometry;
   py::handle tgmem;
   bool check = debug_defaults().check;
   uint32_t shuffle = debug_defaults().shuffle;
@@ -273,11 +277,12 @@ py::object PyKernel::call(py::args args, py::kwargs kwargs) {
   NamedArgs named;
   for (auto item : kwargs) {
     std::string key = py::str(item.first);
-    if (key == "grid") {
-      if (!item.second.is_none()) grid = make_dims(sp.name, "grid", int_list(sp.name, "grid", item.second), true);
-    } else if (key == "threadgroup") {
-      if (!item.second.is_none())
-        tg = make_dims(sp.name, "threadgroup", int_list(sp.name, "threadgroup", item.second), false);
+    if (key == "grid" || key == "threadgroups" || key == "threadgroup") {
+      if (!item.second.is_none()) {
+        std::optional<Dims3>& d = key == "grid" ? geometry.grid : key == "threadgroups" ? geometry.threadgroups
+                                                                                        : geometry.threadgroup;
+        d = make_dims(sp.name, key.c_str(), int_list(sp.name, key.c_str(), item.second), key != "threadgroup");
+      }
     } else if (key == "threadgroup_memory") {
       tgmem = item.second;
     } else if (key == "check") {  // None: the METALKIT_CHECK default
@@ -309,8 +314,9 @@ py::object PyKernel::call(py::args args, py::kwargs kwargs) {
   }
   // 1. Check every argument. Nothing is copied, queued or run before all pass.
   std::vector<ArrayArg> arrays;
-  std::vector<py::object> made;  // arrays this call made from its arguments (a numpy.void, a checked None)
-  std::optional<uint64_t> default_count, first_count;
+  std::vector<py::object> made;     // arrays this call made from its arguments (a numpy.void, a checked None)
+  std::vector<py::object> foreign;  // numpy views of the call's non-numpy arrays (torch tensors, memoryviews)
+  ArrayCounts counts;               // for a default grid
   for (size_t i = 0; i < slots_.size(); ++i) {
     const Slot& slot = slots_[i];
     const ArgSpec& s = sp.args[slot.param];
@@ -336,16 +342,16 @@ py::object PyKernel::call(py::args args, py::kwargs kwargs) {
         made.push_back(struct_buffer(sp.name, s, arg));  // constant S* given a numpy.void
         arg = made.back();
       }
+      if (!py::detail::npy_api::get().PyArray_Check_(arg.ptr()))
+        arg = foreign_array(sp.name, s, slot.dtype, arg, foreign);
       const bool stage = check_array(s, slot, arg);
       auto* a = py::detail::array_proxy(arg.ptr());
       b.data = a->data;
       b.nbytes = size_t(py::reinterpret_borrow<py::array>(arg).nbytes());
       arrays.push_back({slot.param, arg, stage, {}});
-      if (!default_count && s.writable) default_count = b.nbytes / s.elem_size;
-      if (!first_count) first_count = b.nbytes / s.elem_size;
+      counts.add(slot.param, b.nbytes / s.elem_size);
     }
   }
-  if (!default_count) default_count = first_count;
 
   // Threadgroup memory: every [[threadgroup(i)]] parameter needs a size.
   uint64_t tg_total = 0;
@@ -386,7 +392,7 @@ py::object PyKernel::call(py::args args, py::kwargs kwargs) {
     throw DispatchError("kernel '" + sp.name + "': threadgroup memory of " + std::to_string(tg_total) +
                         " bytes exceeds the 32768 bytes Metal allows per threadgroup; use smaller tiles");
   launch.tg_bytes = tg_total;
-  launch.geometry = plan_geometry(sp.name, grid, tg, default_count, sp.max_threads);
+  launch.geometry = plan_geometry(sp, geometry, default_grid_, counts);
   launch.limits = plan_run_limits(sp.name, timeout, impl_->defers(), PyThread_get_thread_ident() == g_main_thread);
   if (launch.geometry.empty()) return py::none();
   if ((check || shuffle) && impl_->defers())

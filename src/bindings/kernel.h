@@ -44,6 +44,7 @@ class PyKernel {
 
   std::shared_ptr<KernelImpl> impl_;
   std::vector<pybind11::object> dtypes_;  // per parameter: numpy dtype of its elements (None: builtins, unknown structs)
+  DefaultGridRule default_grid_;  // whether a call may leave the grid out
   std::vector<Slot> slots_;    // ordered by buffer index
   std::vector<int> slot_params_;  // each slot's parameter, for matching arguments
   std::vector<int> threadgroup_params_;

@@ -82,7 +82,8 @@ const char* space_name(Space s) {
   return names[int(s)];
 }
 
-// Signatures from metalkit.msl.signatures: {host name: (file, line, [(kind, index, name, decl, space), ...])}.
+// Signatures from metalkit.msl.signatures: {host name: (file, line, [(kind, index, name, decl, space, array
+// length), ...], [(name, builtin, decl, vector width), ...])}.
 KernelDecls kernel_decls(py::handle kernels) {
   KernelDecls out;
   if (kernels.is_none()) return out;
@@ -97,6 +98,12 @@ KernelDecls kernel_decls(py::handle kernels) {
                           q[3].cast<std::string>(), Space(q[4].cast<int>()),
                           q.size() > 5 ? q[5].cast<uint32_t>() : 0u});
     }
+    if (t.size() > 3)
+      for (auto b : t[3]) {
+        auto q = b.cast<py::tuple>();
+        k.builtins.push_back({q[0].cast<std::string>(), q[1].cast<std::string>(), q[2].cast<std::string>(),
+                              q[3].cast<int>()});
+      }
     out[item.first.cast<std::string>()] = std::move(k);
   }
   return out;
@@ -143,6 +150,30 @@ std::vector<ReflectedField> reflected_fields(const py::list& members) {
   return out;
 }
 
+// The KernelSpec Metal would make from reflected bindings (see spec_from_reflection below) and signatures.
+KernelSpec reflected_spec(const std::string& kernel, const std::vector<py::tuple>& bindings, py::object kernels,
+                          const std::string& file) {
+  std::vector<ReflectedBinding> refl;
+  for (const py::tuple& b : bindings) {
+    ReflectedBinding x;
+    auto what = b[0].cast<std::string>();
+    x.type = what == "buffer" ? ReflectedBinding::Type::Buffer
+             : what == "threadgroup" ? ReflectedBinding::Type::Threadgroup : ReflectedBinding::Type::Other;
+    x.other = what;
+    x.index = b[1].cast<int>();
+    x.name = b[2].cast<std::string>();
+    x.elem_type = type_named(b[3].cast<std::string>());
+    x.vec_width = b[4].cast<int>();
+    x.size = b[5].cast<uint64_t>();
+    x.align = b[6].cast<uint64_t>();
+    x.writable = b[7].cast<bool>();
+    refl.push_back(std::move(x));
+  }
+  KernelDecls decls = kernel_decls(kernels);
+  auto it = decls.find(kernel);
+  return spec_from_reflection(kernel, refl, it == decls.end() ? nullptr : &it->second, 1024, file);
+}
+
 void register_rules(py::module_& m) {
   auto r = m.def_submodule("metal_rules", "Decisions the Metal backend makes, callable on every platform for tests.");
   r.def("route_buffer", [](const std::string& kind, bool writable, int space, bool in_device_buffer, uintptr_t address,
@@ -165,8 +196,11 @@ void register_rules(py::module_& m) {
   r.def("keep_staging", &keep_staging);
   r.def("uniform_threadgroups", [](const std::string& kernel, const std::vector<int64_t>& grid,
                                    const std::vector<int64_t>& tg) {
-    Geometry g = plan_geometry(kernel, make_dims(kernel, "grid", grid, true),
-                               make_dims(kernel, "threadgroup", tg, false), std::nullopt, 0xFFFFFFFFu);
+    KernelSpec spec;
+    spec.name = kernel;
+    spec.max_threads = 0xFFFFFFFFu;
+    GeometryRequest req{make_dims(kernel, "grid", grid, true), std::nullopt, make_dims(kernel, "threadgroup", tg, false)};
+    Geometry g = plan_geometry(spec, req, {}, {});
     Dims3 n = uniform_threadgroups(kernel, g);
     return py::make_tuple(n.v[0], n.v[1], n.v[2]);
   });
@@ -232,30 +266,18 @@ void register_rules(py::module_& m) {
   // bindings: [("buffer" | "threadgroup" | other, index, name, msl type name, vector width, size, align, writable)].
   r.def("spec_from_reflection", [](const std::string& kernel, const std::vector<py::tuple>& bindings,
                                    py::object kernels, const std::string& file) {
-    std::vector<ReflectedBinding> refl;
-    for (const py::tuple& b : bindings) {
-      ReflectedBinding x;
-      auto what = b[0].cast<std::string>();
-      x.type = what == "buffer" ? ReflectedBinding::Type::Buffer
-               : what == "threadgroup" ? ReflectedBinding::Type::Threadgroup : ReflectedBinding::Type::Other;
-      x.other = what;
-      x.index = b[1].cast<int>();
-      x.name = b[2].cast<std::string>();
-      x.elem_type = type_named(b[3].cast<std::string>());
-      x.vec_width = b[4].cast<int>();
-      x.size = b[5].cast<uint64_t>();
-      x.align = b[6].cast<uint64_t>();
-      x.writable = b[7].cast<bool>();
-      refl.push_back(std::move(x));
-    }
-    KernelDecls decls = kernel_decls(kernels);
-    auto it = decls.find(kernel);
-    KernelSpec spec = spec_from_reflection(kernel, refl, it == decls.end() ? nullptr : &it->second, 1024, file);
+    KernelSpec spec = reflected_spec(kernel, bindings, kernels, file);
     py::list out;
     for (const ArgSpec& a : spec.args)
       out.append(py::make_tuple(kind_name(a.kind), a.index, a.name, a.decl, msl_type_name(a.type), a.vec_width,
                                 space_name(a.space), a.writable, a.elem_size, a.array_len));
     return py::make_tuple(spec.file, spec.line, out);
+  });
+  // Whether a call of the kernel may leave its grid out: (refusal, group_input), as plan_geometry reads them.
+  r.def("default_grid_rule", [](const std::string& kernel, const std::vector<py::tuple>& bindings,
+                                py::object kernels, const std::string& file) {
+    DefaultGridRule rule = default_grid_rule(reflected_spec(kernel, bindings, kernels, file));
+    return py::make_tuple(rule.refusal, rule.group_input);
   });
 }
 

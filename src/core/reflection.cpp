@@ -131,6 +131,17 @@ KernelSpec spec_from_reflection(const std::string& kernel, const std::vector<Ref
     bool tx = x.kind == ArgKind::Threadgroup, ty = y.kind == ArgKind::Threadgroup;
     return tx != ty ? ty : x.index < y.index;
   });
+  if (declared)
+    for (const BuiltinDecl& b : declared->builtins) {
+      ArgSpec a;
+      a.kind = ArgKind::Builtin;
+      a.name = b.name;
+      a.decl = b.decl;
+      a.builtin = b.builtin;
+      a.vec_width = b.vec_width;
+      a.type = b.decl.find("short") != std::string::npos ? MK_T_U16 : MK_T_U32;
+      spec.args.push_back(std::move(a));
+    }
   for (size_t i = 0; i < spec.args.size(); ++i) spec.args[i].position = int(i);
   return spec;
 }

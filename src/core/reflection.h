@@ -23,11 +23,21 @@ struct ParamDecl {
   uint32_t array_len = 0;          // N for `constant T x[N]`
 };
 
+// A builtin parameter ([[thread_position_in_grid]] ...): reflection does not list
+// them, and whether a call may leave its grid out depends on them.
+struct BuiltinDecl {
+  std::string name;
+  std::string builtin;             // the attribute's name
+  std::string decl;                // as written
+  int vec_width = 1;               // 0: a type the signature reader could not tell
+};
+
 // A kernel's signature as the source declares it (host name -> signature).
 struct KernelDecl {
   std::string file;
   int line = 0;
   std::vector<ParamDecl> params;
+  std::vector<BuiltinDecl> builtins;
 };
 using KernelDecls = std::map<std::string, KernelDecl>;
 
@@ -65,7 +75,8 @@ struct ReflectedBinding {
   std::vector<ReflectedField> fields;
 };
 
-// Buffers and scalars by index, then threadgroup parameters. Without a declared
+// Buffers and scalars by index, then threadgroup parameters, then the declared
+// builtins (not bound: the geometry rules read them). Without a declared
 // signature (a .metallib, a kernel made by a macro) every [[buffer(n)]] takes an
 // array; a scalar can then be passed as a 1-element array. Throws
 // CompileFailure for parameters metalkit cannot pass (textures, samplers, ...).

@@ -24,8 +24,13 @@ from .prepass import MslError, prepass
 from .toolchain import INCLUDE_DIR
 from .tokens import parse_marker
 
-# host name -> (file, line, [(kind, index, name, decl, space), ...]) for _core.metal_compile.
-Signatures = dict[str, tuple[str, int, list[tuple[str, int, str, str, int]]]]
+# host name -> (file, line, [(kind, index, name, decl, space, array length), ...],
+# [(name, builtin, decl, vector width), ...]) for _core.metal_compile.
+Signatures = dict[str, tuple[str, int, list[tuple[str, int, str, str, int, int]], list[tuple[str, str, str, int]]]]
+
+# A builtin's declared type: an integer scalar or vector, as MSL spells them.
+_INT = r"(?:metal\s*::\s*)?(?:u?int|u?short|unsigned(?:\s+(?:int|short))?|u?int(?:16|32)_t)"
+_BUILTIN_TYPE = re.compile(rf"(?:const\s+)?(?:{_INT}([234])?|(?:metal\s*::\s*)?vec\s*<\s*{_INT}\s*,\s*([234])\s*>)")
 
 _COMMENT_OR_LITERAL = re.compile(r'//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'', re.S)
 
@@ -47,8 +52,22 @@ def kernel_signatures(text: str) -> Signatures:
     except (MslError, IndexError):  # unreadable here (unbalanced braces...): Metal's compiler reports what is wrong
         return {}
     return {k.host_name: (k.file, k.line, [(p.kind, p.index, p.name, p.decl, p.space, p.array)
-                                          for p in k.params if p.kind != "builtin"])
+                                          for p in k.params if p.kind != "builtin"],
+                          [(p.name, p.builtin, p.decl, builtin_width(p.decl, p.name))
+                           for p in k.params if p.kind == "builtin"])
             for k in kernels}
+
+
+def builtin_width(decl: str, name: str) -> int:
+    """1, 2 or 3: the vector width of a builtin parameter declared ``decl``; 0 for a type
+    this cannot read (a typedef): the CPU backend has the compiler's word for it, Metal
+    reflection has none, and a grid is then never guessed from the arrays.
+
+    >>> builtin_width("const uint2 gid", "gid"), builtin_width("metal :: vec < ushort , 3 > t", "t")
+    (2, 3)
+    """
+    m = _BUILTIN_TYPE.fullmatch(decl[:len(decl) - len(name)].strip()) if decl.endswith(name) else None
+    return 0 if m is None else int(m.group(1) or m.group(2) or 1)
 
 
 def _user_file(name: str) -> bool:
