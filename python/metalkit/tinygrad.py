@@ -82,10 +82,9 @@ class MetalkitProgram:
         if any(g != int(g) for g in global_size):  # tinygrad's local-size search tries some
             raise ValueError(f"kernel '{self.name}': global size {global_size} is not a whole number of threadgroups")
         args = [b.view(dt) for b, dt in zip(bufs, self.buffer_dtypes)]
-        # tinygrad's global size counts threadgroups (Metal's dispatchThreadgroups): as whole
-        # threadgroups, that is global * local threads.
-        grid = tuple(int(g) * int(l) for g, l in zip(global_size, local_size))
-        self.kernel(*args, *vals, grid=grid, threadgroup=tuple(int(l) for l in local_size))
+        # tinygrad's global size counts threadgroups, as Metal's dispatchThreadgroups does.
+        self.kernel(*args, *vals, threadgroups=tuple(int(g) for g in global_size),
+                    threadgroup=tuple(int(l) for l in local_size))
         return self.kernel.last_gpu_time if wait else None
 
 
