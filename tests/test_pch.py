@@ -129,6 +129,18 @@ def test_two_processes_building_the_header_at_once_leave_one_whole(tmp_path):
     assert not [f for f in h.parent.iterdir() if f.name.startswith(("build-", "write-"))]
 
 
+def fresh_kernel_runs(rng, mul: int, add: int, n: int) -> None:
+    """Compiles a kernel no run has seen (y = x * mul + add) and checks it on n random values."""
+    lib = mk.compile("#include <metal_stdlib>\nusing namespace metal;\n"
+                     f"// {uuid.uuid4().hex}\n"
+                     "kernel void k(device const float* x [[buffer(0)]], device float* y [[buffer(1)]],\n"
+                     f"              uint i [[thread_position_in_grid]]) {{ y[i] = x[i] * {mul}.0f + {add}.0f; }}\n")
+    x = rng.standard_normal(n).astype(np.float32)
+    y = np.empty_like(x)
+    lib.k(x, y)
+    np.testing.assert_array_equal(y, x * np.float32(mul) + np.float32(add))
+
+
 def test_a_compiler_that_cannot_precompile_builds_without(monkeypatch, rng):
     key = f"test-{uuid.uuid4().hex}"  # a header no run has built
     monkeypatch.setattr(pch, "_key", lambda tc, fast_math, prefix: key)
@@ -138,15 +150,8 @@ def test_a_compiler_that_cannot_precompile_builds_without(monkeypatch, rng):
     calls = []
     real = pch._build
     monkeypatch.setattr(pch, "_build", lambda *a: calls.append(a) or real(*a))
-    for scale in (2, 3):
-        lib = mk.compile("#include <metal_stdlib>\nusing namespace metal;\n"
-                         f"// {uuid.uuid4().hex}\n"
-                         "kernel void k(device const float* x [[buffer(0)]], device float* y [[buffer(1)]],\n"
-                         f"              uint i [[thread_position_in_grid]]) {{ y[i] = x[i] * 4.0f - {scale}.0f; }}\n")
-        x = rng.standard_normal(1001).astype(np.float32)
-        y = np.empty_like(x)
-        lib.k(x, y)
-        np.testing.assert_array_equal(y, x * np.float32(4) - np.float32(scale))
+    for add in (-2, -3):
+        fresh_kernel_runs(rng, 4, add, 1001)
     assert len(calls) == 1  # refused once, not tried again for every module
     assert not (cache.cache_dir() / "pch" / f"{key}.pch").exists()
     (cache.cache_dir() / "pch" / f"{key}.h").unlink()
@@ -289,15 +294,8 @@ def test_commands_that_do_not_reproduce_zigs_output_are_not_kept_nor_read_again(
     calls = []
     real = zig_direct.compile_and_record
     monkeypatch.setattr(zig_direct, "compile_and_record", lambda *a: calls.append(a) or real(*a))
-    for scale in (5, 6):
-        lib = mk.compile("#include <metal_stdlib>\nusing namespace metal;\n"
-                         f"// {uuid.uuid4().hex}\n"
-                         "kernel void k(device const float* x [[buffer(0)]], device float* y [[buffer(1)]],\n"
-                         f"              uint i [[thread_position_in_grid]]) {{ y[i] = x[i] * 8.0f + {scale}.0f; }}\n")
-        x = rng.standard_normal(517).astype(np.float32)
-        y = np.empty_like(x)
-        lib.k(x, y)
-        np.testing.assert_array_equal(y, x * np.float32(8) + np.float32(scale))
+    for add in (5, 6):
+        fresh_kernel_runs(rng, 8, add, 517)
     assert len(calls) == 1
     assert not (cache.cache_dir() / "pch" / f"{key}.zig.json").exists()
     for suffix in (".pch", ".json", ".h"):
