@@ -18,11 +18,16 @@ import sys
 from typing import Any
 
 import numpy as np
-from tinygrad.codegen.opt import tc
-from tinygrad.device import Compiled, CompileError, Compiler, LRUAllocator, TinyELF
-from tinygrad.renderer.cstyle import MetalRenderer
-from tinygrad.schedule import rangeify
-from tinygrad.helpers import Target
+
+try:
+    from tinygrad.codegen.opt import tc
+    from tinygrad.device import Compiled, CompileError, Compiler, LRUAllocator, TinyELF
+    from tinygrad.renderer.cstyle import MetalRenderer
+    from tinygrad.schedule import rangeify
+    from tinygrad.helpers import Target
+except ImportError as e:  # not installed, or a tinygrad whose layout this device was not written for
+    raise ImportError(f"metalkit.tinygrad needs tinygrad 0.14.0 ({e}); install it with "
+                      "pip install 'metalkit[tinygrad]'") from e
 
 import metalkit
 
