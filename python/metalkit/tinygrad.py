@@ -85,7 +85,8 @@ class MetalkitProgram:
                  local_size: tuple[int, int, int] = (1, 1, 1), vals: tuple[int, ...] = (), wait: bool = False,
                  **kw: Any) -> float | None:
         if any(g != int(g) for g in global_size):  # tinygrad's local-size search tries some
-            raise ValueError(f"kernel '{self.name}': global size {global_size} is not a whole number of threadgroups")
+            raise ValueError(f"kernel '{self.name}': global size {global_size} is not a whole number of threadgroups; "
+                             "pass a count of threadgroups (ints) per dimension")
         args = [b.view(dt) for b, dt in zip(bufs, self.buffer_dtypes)]
         # tinygrad's global size counts threadgroups, as Metal's dispatchThreadgroups does.
         self.kernel(*args, *vals, threadgroups=tuple(int(g) for g in global_size),
