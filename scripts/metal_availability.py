@@ -149,7 +149,9 @@ def selector_versions(dumps: list[str], containers: dict[str, str]) -> dict[str,
     return out
 
 
-def _listed(*files: str) -> set[str]:
+def listed_names(*files: str) -> set[str]:
+    """The names tests/data/metal-api/FILES list, one a line ("#" starts a comment); the selector
+    lint in the tests reads the lists through this too."""
     out = set()
     for f in files:
         for line in (DATA / f).read_text().splitlines():
@@ -200,7 +202,7 @@ def main() -> None:
     (DATA / "availability.txt").write_text(
         header + "# name, and the macOS that introduced it (- : no availability annotation, as old as its framework)\n"
         + "".join(f"{name} {versions[name]}\n" for name in sorted(n for n in wanted if n in versions and _NAME.fullmatch(n))))
-    listed = _listed("metal-selectors.txt", "foundation-selectors.txt", "foundation-extra-selectors.txt")
+    listed = listed_names("metal-selectors.txt", "foundation-selectors.txt", "foundation-extra-selectors.txt")
     (DATA / "availability-selectors.txt").write_text(
         header + "# selector, and the oldest macOS a Metal or Foundation class or protocol declaring it has it on\n"
         "# (- : no annotation on the method nor its class, as old as its framework)\n"

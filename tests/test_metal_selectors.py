@@ -47,6 +47,8 @@ else:  # pytest brings tomli to older Pythons
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data" / "metal-api"
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
+from metal_availability import listed_names  # noqa: E402  (the one reader of the lists)
 METAL_SOURCES = ROOT / "src" / "metal"
 
 _TOKEN = re.compile(r"""
@@ -198,18 +200,8 @@ def uses_in(text: str, toks: list[Tok] | None = None) -> list[Use]:
     return uses
 
 
-def _names(*files: str) -> set[str]:
-    out = set()
-    for f in files:
-        for line in (DATA / f).read_text().splitlines():
-            line = line.split("#", 1)[0].strip()
-            if line:
-                out.add(line)
-    return out
-
-
-SELECTORS = _names("metal-selectors.txt", "foundation-selectors.txt", "foundation-extra-selectors.txt")
-CLASSES = _names("classes.txt")
+SELECTORS = listed_names("metal-selectors.txt", "foundation-selectors.txt", "foundation-extra-selectors.txt")
+CLASSES = listed_names("classes.txt")
 
 
 def unknown(uses: list[Use]) -> list[Use]:
