@@ -718,6 +718,49 @@ def test_threadgroup_arrays_with_a_gnu_alignment_attribute(device, model, rng, n
     np.testing.assert_array_equal(out, x.reshape(-1, tg).sum(axis=1))
 
 
+MATRICES = """
+// C = A B (M x K times K x N, all multiples of 16), a 16x16 tile of C per threadgroup: its threads
+// stage 16-wide slices of K through threadgroup memory, then each SIMD-group multiplies an 8x8 tile
+// with simdgroup_matrix arrays declared without an initializer (as llama.cpp's mul_mm does).
+kernel void tiled_matmul(device const float* a [[buffer(0)]], device const float* b [[buffer(1)]],
+                         device float* c [[buffer(2)]], constant uint& K [[buffer(3)]],
+                         constant uint& N [[buffer(4)]], uint2 tile [[threadgroup_position_in_grid]],
+                         uint t [[thread_index_in_threadgroup]], uint s [[simdgroup_index_in_threadgroup]]) {
+    threadgroup float sa[16 * 16], sb[16 * 16];
+    simdgroup_float8x8 ma[2], mb[2];
+    simdgroup_float8x8 mc = make_filled_simdgroup_matrix<float, 8>(0.0f);
+    const uint row = 8 * (s / 2), col = 8 * (s % 2), r0 = 16 * tile.y, c0 = 16 * tile.x;
+    for (uint k0 = 0; k0 < K; k0 += 16) {
+        for (uint e = t; e < 256; e += 128) {
+            sa[e] = a[(r0 + e / 16) * K + k0 + e % 16];
+            sb[e] = b[(k0 + e / 16) * N + c0 + e % 16];
+        }
+        threadgroup_barrier(mem_flags::mem_threadgroup);
+        for (short i = 0; i < 2; i++) {
+            simdgroup_load(ma[i], sa + row * 16 + 8 * i, 16);
+            simdgroup_load(mb[i], sb + 8 * i * 16 + col, 16);
+        }
+        for (short i = 0; i < 2; i++) simdgroup_multiply_accumulate(mc, ma[i], mb[i], mc);
+        threadgroup_barrier(mem_flags::mem_threadgroup);
+    }
+    simdgroup_store(mc, c + (r0 + row) * N + c0 + col, N);
+}
+"""
+
+
+@pytest.mark.parametrize("m,k,n", [(16, 16, 16), (32, 48, 64), (48, 80, 16)])
+@pytest.mark.parametrize("model", MODELS)
+def test_simdgroup_matrix_arrays_declared_without_an_initializer(device, model, rng, m, k, n):
+    # A simdgroup_matrix caches its lane's id from a default member initializer: per-lane storage
+    # of such arrays must still be constructed, or loads read another lane's elements.
+    lib = build_as(MATRICES, "matrices.metal", model)
+    check_model(lib.tiled_matmul, model)
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    c = np.full((m, n), np.nan, np.float32)
+    lib.tiled_matmul(a, b, c, np.uint32(k), np.uint32(n), threadgroups=(n // 16, m // 16), threadgroup=128)
+    np.testing.assert_allclose(c, a.astype(np.float64) @ b, rtol=1e-4, atol=1e-4)
+
 # ---- helpers that reach barriers and SIMD-group functions -------------------------------------
 
 HELPERS = """

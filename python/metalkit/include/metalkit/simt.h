@@ -21,6 +21,12 @@ namespace mk {
 namespace simt {
 
 // ---- per-lane storage ----
+// Default-initialises an object in raw lane storage; an array element by element, since its
+// elements may have default member initializers (simdgroup_matrix's cached lane id).
+template <class T> __MK_F void init_default_at(T& x) { ::new ((void*)&x) T; }
+template <class T, unsigned long N> __MK_F void init_default_at(T (&x)[N]) {
+  for (unsigned long i = 0; i < N; ++i) init_default_at(x[i]);
+}
 template <class T> struct lanes {
   alignas(T) unsigned char __raw[sizeof(T) * 32];
   __MK_F T& operator[](unsigned l) { return reinterpret_cast<T*>(__raw)[l]; }
@@ -45,6 +51,7 @@ template <class T, unsigned long N> struct lanes<T[N]> {
   alignas(T) unsigned char __raw[sizeof(T) * N * 32];
   typedef T __row[N];
   __MK_F __row& operator[](unsigned l) { return reinterpret_cast<__row*>(__raw)[l]; }
+  __MK_F void init_default(unsigned l) { init_default_at((*this)[l]); }
 };
 // Copies an array value into one lane's array (arrays with initializers).
 template <class T, unsigned long N> __MK_F void copy(T (&d)[N], const T (&s)[N]) {

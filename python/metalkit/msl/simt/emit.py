@@ -551,7 +551,7 @@ class Emitter:
         if dc.init_kind == "()":
             return f"{name}.set({lane}{''.join(', ' + self.expr(a, lane) for a in dc.ctor_args)});"
         if dc.init is None:
-            return "" if dc.var.array else f"{name}.init_default({lane});"
+            return f"{name}.init_default({lane});"
         if dc.var.array:
             base = self.render(d.type[0], d.type[1], lane)
             dims = self.render(dc.dims[0], dc.dims[1], lane)
