@@ -761,6 +761,39 @@ def test_simdgroup_matrix_arrays_declared_without_an_initializer(device, model, 
     lib.tiled_matmul(a, b, c, np.uint32(k), np.uint32(n), threadgroups=(n // 16, m // 16), threadgroup=128)
     np.testing.assert_allclose(c, a.astype(np.float64) @ b, rtol=1e-4, atol=1e-4)
 
+POINTER_ARRAYS = """
+// Each lane keeps pointers into its rows in a local array (as llama.cpp's mul_mv_ext does): the
+// array's elements are the lane's own; what they point to is device memory.
+kernel void pointer_rows(device const float* in [[buffer(0)]], device float* out [[buffer(1)]],
+                         constant uint& stride [[buffer(2)]], uint i [[thread_position_in_grid]]) {
+    device const float* rows[3];
+    for (int r = 0; r < 3; ++r) rows[r] = in + r * stride + i;
+    *(rows + 2) = in + i;
+    float acc = 0.0f;
+    for (int r = 0; r < 3; ++r) {
+        acc += *rows[r] * float(r + 1);
+        rows[r] += 1;
+    }
+    for (int r = 0; r < 3; ++r) acc += rows[r][0];
+    out[i] = simd_sum(acc) * 1000.0f + acc;
+}
+"""
+
+
+@pytest.mark.parametrize("n,tg", N_TG)
+@pytest.mark.parametrize("model", MODELS)
+def test_a_local_array_of_pointers_is_per_lane(device, model, rng, n, tg):
+    lib = build_as(POINTER_ARRAYS, "pointer_arrays.metal", model)
+    check_model(lib.pointer_rows, model)
+    x = rng.integers(-8, 8, (3, n + 1)).astype(np.float32)  # small integers: sums exact in any order
+    out = np.zeros(n, np.float32)
+    lib.pointer_rows(x, out, np.uint32(n + 1), grid=n, threadgroup=tg)
+    acc = 4 * x[0, :n] + 2 * x[1, :n] + 2 * x[0, 1:] + x[1, 1:]
+    want = np.zeros(n, np.float32)
+    for a, b in simd_slices(n, tg):
+        want[a:b] = acc[a:b].sum() * 1000 + acc[a:b]
+    np.testing.assert_array_equal(out, want)
+
 # ---- helpers that reach barriers and SIMD-group functions -------------------------------------
 
 HELPERS = """

@@ -67,6 +67,7 @@ class Var:
     kind: str                 # local | param (of a helper) | kparam (of a kernel) | builtin | shared | this
     decl_tok: int = -1        # the name's token in its declaration
     array: bool = False       # declared with [N]
+    dims: int = 0             # how many [N]: indexing deeper goes into the element (through it, if a pointer)
     pointer: bool = False
     ref: bool = False
     uniform: bool = True
@@ -179,7 +180,8 @@ class Function:
                 shared = bool(d.specs & {"threadgroup", "static"}) and not ({"*", "&", "&&"} & set(ptr_words))
                 type_words = [self.unit.toks[k].text for k in range(d.type[0], d.type[1] + 1)]
                 v = Var(name, "shared" if shared else "local", dc.name, array=dc.dims[1] >= dc.dims[0],
-                        pointer="*" in ptr_words, ref="&" in ptr_words or "&&" in ptr_words, decl=dc, decl_stmt=d)
+                        dims=self._dims(dc.dims), pointer="*" in ptr_words,
+                        ref="&" in ptr_words or "&&" in ptr_words, decl=dc, decl_stmt=d)
                 if "auto" in type_words or "decltype" in type_words:
                     v.pointer = True  # a deduced type may be a pointer: indexing it is not known to be private
                 v.matrix = any(w.startswith("simdgroup_") for w in type_words)
@@ -238,6 +240,15 @@ class Function:
                 scopes.pop()
 
         stmt(self.body)
+
+    def _dims(self, rng) -> int:
+        """The number of `[N]` in a declarator's token range."""
+        depth = n = 0
+        for k in range(rng[0], rng[1] + 1):
+            t = self.unit.toks[k].text
+            n += t == "[" and depth == 0
+            depth += (t in "([{") - (t in ")]}")
+        return n
 
     # ---------------------------------------------------------------- effects
     def callee_name(self, c) -> str:
@@ -316,9 +327,9 @@ class Function:
                 e = e.obj
             elif isinstance(e, sx.Index):
                 root = self._private_root(e.obj)
-                if root is None or (root.pointer and isinstance(_unparen(e.obj), sx.Name)):
-                    return None  # through a pointer: shared memory, as far as anyone can tell
-                return root
+                if root is None or (root.pointer and _index_depth(e) == root.dims + 1):
+                    return None  # through a pointer (past an array of pointers' own elements): shared
+                return root      # memory, as far as anyone can tell
             elif isinstance(e, sx.Name):
                 v = e.var
                 return v if v is not None and v.kind != "shared" and not v.ref else None
@@ -337,11 +348,13 @@ class Function:
 
     @staticmethod
     def _local_array(e) -> bool:
+        """Whether e is a local array, or a row of one (`*` on it then selects a lane's own element)."""
+        depth = _index_depth(e)
         e = _unparen(e)
         while isinstance(e, sx.Index):
             e = _unparen(e.obj)
         v = e.var if isinstance(e, sx.Name) else None
-        return v is not None and v.array and not v.pointer and not v.ref and v.kind != "shared"
+        return v is not None and v.array and depth < v.dims and not v.ref and v.kind != "shared"
 
     def scan(self, e, info: Info, mode: str = "r") -> None:
         """Adds what e does to info; mode: how e is used (r, w, rw, addr)."""
@@ -593,6 +606,15 @@ def _unparen(e):
     while isinstance(e, sx.Paren):
         e = e.inner
     return e
+
+
+def _index_depth(e) -> int:
+    """How many subscripts e applies directly to a name (`a[i][j]`: 2), 0 if it does not end at one."""
+    n = 0
+    e = _unparen(e)
+    while isinstance(e, sx.Index):
+        n, e = n + 1, _unparen(e.obj)
+    return n if isinstance(e, sx.Name) else 0
 
 
 SPACE_WORDS = ("device", "constant", "threadgroup", "thread")
