@@ -11,6 +11,10 @@ the per-thread fiber fallback (execution="fibers"), and checks `Kernel.execution
 """
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -790,6 +794,69 @@ def test_a_local_array_of_pointers_is_per_lane(device, model, rng, n, tg):
     for a, b in simd_slices(n, tg):
         want[a:b] = acc[a:b].sum() * 1000 + acc[a:b]
     np.testing.assert_array_equal(out, want)
+
+QUOTIENTS = """
+#include <metal_stdlib>
+using namespace metal;
+// Every lane divides by its own divisor, 0 on some lanes: MSL leaves those results undefined (a
+// GPU does not trap), and the kernel uses them only where the divisor is not 0.
+kernel void quotients(device const int* x [[buffer(0)]], device const int* d [[buffer(1)]],
+                      device int* out [[buffer(2)]], uint i [[thread_position_in_grid]],
+                      uint l [[thread_index_in_simdgroup]]) {
+    threadgroup int sh[32];
+    const int q = x[i] / d[i], r = x[i] % d[i];
+    int t = x[i] + 5;
+    t /= d[i];
+    sh[l] = x[i];
+    simdgroup_barrier(mem_flags::mem_threadgroup);
+    sh[l] %= d[i ^ 1] + sh[l ^ 1] - x[i ^ 1];  // every lane reads before any stores
+    const int used = simd_sum(d[i] != 0 ? 1 : 0);
+    out[5 * i] = q;
+    out[5 * i + 1] = r;
+    out[5 * i + 2] = t;
+    out[5 * i + 3] = sh[l];
+    out[5 * i + 4] = used;
+}
+"""
+
+
+@pytest.mark.parametrize("device", ["cpu"], indirect=True)  # a GPU never traps
+def test_integer_division_by_zero_does_not_trap(device, rng, tmp_path):
+    # x86 traps on x / 0 and INT_MIN / -1; SIMT code must not, since it runs divisions that the
+    # per-thread code's compiler drops as dead (llama.cpp's attention indexes its mask's heads
+    # modulo a dimension that is 0 without a mask). Run in a child: a trap would kill pytest.
+    n = 96
+    x = rng.integers(-1000, 1000, n).astype(np.int32)
+    d = rng.integers(-4, 5, n).astype(np.int32)
+    x[0], d[0] = np.iinfo(np.int32).min, -1
+    np.save(tmp_path / "x.npy", x)
+    np.save(tmp_path / "d.npy", d)
+    code = f"""
+import numpy as np, metalkit as mk
+lib = mk.compile({QUOTIENTS!r})
+assert lib.quotients.execution == "simt", lib.quotients.execution
+x, d = np.load({str(tmp_path / "x.npy")!r}), np.load({str(tmp_path / "d.npy")!r})
+out = np.zeros(5 * len(x), np.int32)
+lib.quotients(x, d, out, grid=len(x), threadgroup=32)
+np.save({str(tmp_path / "out.npy")!r}, out)
+"""
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       env=dict(os.environ, METALKIT_DEVICE="cpu"))
+    assert p.returncode == 0, (p.returncode, p.stderr[-2000:])
+    out = np.load(tmp_path / "out.npy").reshape(n, 5)
+
+    def c_div(a, b):  # C's division truncates
+        return np.sign(a) * np.sign(b) * (np.abs(a) // np.abs(b))
+    on = d != 0
+    xs, ds = x.astype(np.int64), np.where(on, d, 1).astype(np.int64)
+    q = c_div(xs, ds)
+    np.testing.assert_array_equal(out[on, 0], q.astype(np.int32)[on])  # INT_MIN / -1 wraps
+    np.testing.assert_array_equal(out[on, 1], (xs - q * ds)[on])
+    np.testing.assert_array_equal(out[on, 2], c_div(xs + 5, ds)[on])
+    partner = np.arange(n) ^ 1
+    on_p, dp = on[partner], ds[partner]
+    np.testing.assert_array_equal(out[on_p, 3], (xs - c_div(xs, dp) * dp)[on_p])
+    np.testing.assert_array_equal(out[:, 4], np.repeat(on.reshape(-1, 32).sum(axis=1), 32))
 
 # ---- helpers that reach barriers and SIMD-group functions -------------------------------------
 

@@ -114,6 +114,39 @@ template <unsigned I, class A0, class... A> __MK_F decltype(auto) nth(A0&& a0, A
   else return nth<I - 1>(static_cast<A&&>(a)...);
 }
 
+// ---- integer division ----
+// MSL leaves an integer quotient or remainder by 0 undefined, and a GPU computes some value where
+// x86 traps. SIMT code runs divisions that the per-thread code's compiler would drop as dead (a
+// row index modulo a dimension that is 0 when the row is not used), so every `/` and `%` of a
+// SIMT function comes here: by 0 the result is 0, by -1 it wraps (INT_MIN / -1 traps too).
+template <class A, class B> __MK_CF auto quot(A a, B b) -> decltype(a / b) {
+  typedef decltype(a / b) R;
+  if constexpr (__is_integral(R)) {
+    if (R(b) == R(0)) return R(0);
+    if (R(-1) < R(0) && R(b) == R(-1)) {
+      R r;
+      __builtin_sub_overflow(R(0), R(a), &r);
+      return r;
+    }
+  }
+  return a / b;
+}
+template <class A, class B> __MK_CF auto rem(A a, B b) -> decltype(a % b) {
+  typedef decltype(a % b) R;
+  if constexpr (__is_integral(R))
+    if (R(b) == R(0) || (R(-1) < R(0) && R(b) == R(-1))) return R(0);
+  return a % b;
+}
+// `a /= b` and `a %= b` the same way (a float, vector or swizzle keeps its own operator).
+template <class A, class B> __MK_F decltype(auto) quot_to(A&& a, B b) {
+  if constexpr (__is_integral(decltype(a / b))) return a = quot(a, b);
+  else return a /= b;
+}
+template <class A, class B> __MK_F decltype(auto) rem_to(A&& a, B b) {
+  if constexpr (__is_integral(decltype(a % b))) return a = rem(a, b);
+  else return a %= b;
+}
+
 // ---- the SIMD-group being run ----
 struct frame {
   u3 group_pos, group_size, dispatch_group_size, ngroups, grid, base;

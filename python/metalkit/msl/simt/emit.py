@@ -23,6 +23,17 @@ LANES = "for (unsigned __l = 0; __l < 32u; ++__l) if (__m >> __l & 1u)"
 SHAPES = {32: "__affine", 16: "__rows == 16u", 8: "__rows == 8u"}
 
 
+def _divisions(node) -> list:
+    """The `/`, `%`, `/=` and `%=` expressions in a statement, outer ones first."""
+    if isinstance(node, sx.Expr):
+        return [e for e in node.walk() if isinstance(e, sx.Binary) and e.op in ("/", "%", "/=", "%=")]
+    if isinstance(node, list):
+        return [e for x in node for e in _divisions(x)]
+    if isinstance(node, (sx.Stmt, sx.Declarator)):
+        return [e for k, v in vars(node).items() if k != "var" for e in _divisions(v)]
+    return []
+
+
 @dataclass(eq=False)
 class Piece:
     kind: str                   # U, R (region), RW, H, B, S, M, N (simdgroup_barrier: nothing)
@@ -49,6 +60,19 @@ class Emitter:
         self.region_end = ""                            # label ending the current region's lane body
         self.shape = 0                                  # lanes as rows of this width (see SHAPES); 0: any
         self.region_jumps: set[str] = set()             # mask variables a region's jumps set
+        # Integer division goes through mk::simt helpers that do not trap (simt.h): token -> texts
+        # to put before it (outermost first), instead of it (the operator) and after it.
+        self.div_open: dict[int, list[tuple[str, int]]] = {}
+        self.div_op: dict[int, int] = {}   # operator token -> first token of its division
+        self.div_end: dict[int, int] = {}  # operator token -> last token
+        self.div_close: dict[int, list[int]] = {}
+        for e in _divisions(fn.body):
+            if self.toks[e.lhs.b + 1].text != e.op:
+                raise Unsupported(e.lhs.b + 1, f"'{e.op}' where the parser did not expect it")
+            helper = {"/": "quot", "%": "rem", "/=": "quot_to", "%=": "rem_to"}[e.op]
+            self.div_open.setdefault(e.a, []).append((f"mk::simt::{helper}(", e.b))
+            self.div_op[e.lhs.b + 1], self.div_end[e.lhs.b + 1] = e.a, e.b
+            self.div_close.setdefault(e.b, []).insert(0, e.a)
 
     # ---------------------------------------------------------------- output
     def put(self, tok: int, text: str) -> None:
@@ -75,12 +99,21 @@ class Emitter:
         i = a
         fn = self.fn
         while i <= b:
+            end = self.subst[i][0] if i in self.subst else i
+            # A division around a substituted call opens before it (one inside it is in its text);
+            # only divisions within [a, b] are rendered as calls.
+            out += [(i, text) for text, last in self.div_open.get(i, ()) if (last > end or end == i) and last <= b]
             if i in self.subst:
-                end, text = self.subst[i]
+                text = self.subst[i][1]
                 if lane is None:
                     raise Unsupported(i, "a SIMD-group function result used where every lane must agree")
                 out.append((i, text(lane)))
+                out += [(end, ")") for first in self.div_close.get(end, ()) if a <= first < i]
                 i = end + 1
+                continue
+            if i in self.div_op and self.div_op[i] >= a and self.div_end[i] <= b:
+                out.append((i, ","))
+                i += 1
                 continue
             v = fn.name_var.get(i)
             w = self.toks[i].text
@@ -103,6 +136,7 @@ class Emitter:
                 t = self.src.text_of(i)
                 if t:
                     out.append((i, t))
+            out += [(i, ")") for first in self.div_close.get(i, ()) if first >= a]
             i += 1
         return out
 
@@ -597,8 +631,10 @@ class Emitter:
 
             def phases() -> str:
                 lanes = self.lanes_loop()
-                return (f"{lanes} __v{k}.set(__l, {self.expr(e.rhs, '__l')}); "
-                        f"{lanes} {self.expr(e.lhs, '__l')} {e.op} __v{k}[__l];")
+                lhs = self.expr(e.lhs, '__l')
+                store = (f"mk::simt::{'quot_to' if e.op == '/=' else 'rem_to'}({lhs}, __v{k}[__l])"
+                         if e.op in ("/=", "%=") else f"{lhs} {e.op} __v{k}[__l]")
+                return f"{lanes} __v{k}.set(__l, {self.expr(e.rhs, '__l')}); {lanes} {store};"
             code = self.by_shape([s], phases)
             self.put(s.a, f"{{ mk::lanes<mk::simt::auto_t<decltype(({rhs0}))>> __v{k}; {code} }}")
             return
