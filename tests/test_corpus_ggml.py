@@ -262,6 +262,132 @@ def mul_mm(lib: mk.Library, name: str) -> list[Check]:
     return [Check("dst", out, want, rtol=1e-3, atol=scaled_tol(want, 1e-4))]
 
 
+# ---- softmax, norms, rope -------------------------------------------------------------
+
+MAX_THREADS = 1024  # the pipelines' maxTotalThreadsPerThreadgroup the host code clamps to
+
+
+@recipe("kernel_soft_max_f32", "kernel_soft_max_f32_4", "kernel_soft_max_f16", "kernel_soft_max_f16_4")
+def soft_max(lib: mk.Library, name: str) -> list[Check]:
+    """softmax(x*scale + slope*mask) per row, with ALiBi slopes per head and attention sinks (src2)."""
+    rng = rng_for(name)
+    ne00 = 1000 if name.endswith("_4") else 1001  # ggml_metal_library_get_pipeline_soft_max: "_4" iff ne00 % 4 == 0
+    ne01, ne02, ne03 = 2, 3, 1
+    x = normal(rng, ne03, ne02, ne01, ne00)
+    mask = normal(rng, 1, 1, ne01, ne00, dtype=np.float16 if "_f16" in name else np.float32)
+    sinks = normal(rng, ne02)
+    out = nans(*x.shape)
+    scale, max_bias = 0.7, 8.0
+    # ggml_metal_op_soft_max: ALiBi bases and the threads per row
+    n_head_log2 = 1 << int(np.floor(np.log2(ne02)))
+    m0, m1 = 2.0 ** (-max_bias / n_head_log2), 2.0 ** (-(max_bias / 2) / n_head_log2)
+    nth, n = 32, ne00 // 4 if ne00 % 4 == 0 else ne00
+    while nth < n and nth * ne01 * ne02 * ne03 < 256:
+        nth *= 2
+    k = lib[name]
+    fields = {**dims("0", x), **dims("1", mask), **dims("", out), "scale": scale, "max_bias": max_bias,
+              "m0": m0, "m1": m1, "n_head_log2": n_head_log2}
+    k(kargs(k, fields), src(x), src(mask), src(sinks), dst(out),
+      threadgroups=(ne01, ne02, ne03), threadgroup=(nth, 1, 1), threadgroup_memory={0: 32 * 4})
+    h = np.arange(ne02)
+    slope = np.where(h < n_head_log2, m0 ** (h + 1), m1 ** (2 * (h - n_head_log2) + 1))
+    logits = x.astype(np.float64) * scale + slope[None, :, None, None] * mask.astype(np.float64)
+    top = np.maximum(logits.max(-1, keepdims=True), sinks[None, :, None, None])
+    e = np.exp(logits - top)
+    want = e / (e.sum(-1, keepdims=True) + np.exp(sinks[None, :, None, None] - top))
+    return [Check("dst", out, want, rtol=1e-4, atol=1e-7)]
+
+
+NORMS = {f"kernel_{kind}_{fuse}f32{vec}": (kind, fuse.count("_") + 1, vec)
+         for kind in ("norm", "rms_norm") for fuse in ("", "mul_", "mul_add_") for vec in ("", "_4")}
+
+
+@recipe(*NORMS)
+def norm(lib: mk.Library, name: str) -> list[Check]:
+    """(rms_)norm of each row, optionally fused with a broadcast mul and add as ggml_metal_op_norm fuses them."""
+    kind, n_fuse, vec = NORMS[name]
+    rng = rng_for(name)
+    ne00 = 4100 if vec else 1001  # "_4" iff ne00 % 4 == 0
+    x = normal(rng, 2, 3, 5, ne00) + 0.3
+    ops = [normal(rng, 1, 3, 1, ne00) for _ in range(n_fuse - 1)]  # broadcast over dims 1 and 3
+    out = nans(*x.shape)
+    eps = 1e-5
+    ne00_t = ne00 // 4 if ne00 % 4 == 0 else ne00
+    # unfused slots keep ggml's {n} initialisers: ne (and nb) of src0 in slot 0, zeros after
+    nef = np.zeros((3, 3), np.int32)
+    nbf = np.zeros((3, 3), np.uint64)
+    for slot, t in enumerate([x, *ops]):
+        nef[:, slot] = t.shape[2::-1]
+        nbf[:, slot] = t.strides[2::-1]
+    k = lib[name]
+    fields = {**dims("", out), "ne00": ne00, "ne00_t": ne00_t, "eps": eps,
+              "nef1": nef[0], "nef2": nef[1], "nef3": nef[2], "nbf1": nbf[0], "nbf2": nbf[1], "nbf3": nbf[2]}
+    nth = 32
+    while nth < ne00_t and nth < MAX_THREADS:
+        nth *= 2
+    nth = min(nth, MAX_THREADS, (ne00_t + 31) // 32 * 32)
+    bufs = [src(t) for t in ops] + [src(x)] * (2 - len(ops))  # unfused operands: src0 again, as ggml binds them
+    k(kargs(k, fields), src(x), *bufs, dst(out),
+      threadgroups=(5, 3, 2), threadgroup=(nth, 1, 1), threadgroup_memory={0: 32 * 4})
+    x64 = x.astype(np.float64)
+    if kind == "norm":
+        x64 = x64 - x64.mean(-1, keepdims=True)
+    want = x64 / np.sqrt((x64 ** 2).mean(-1, keepdims=True) + eps)
+    for t in ops[:1]:
+        want = want * t
+    for t in ops[1:]:
+        want = want + t
+    return [Check("dst", out, want, rtol=1e-4, atol=1e-5)]
+
+
+@recipe("kernel_group_norm_f32")
+def group_norm(lib: mk.Library, name: str) -> list[Check]:
+    rng = rng_for(name)
+    ne00, ne01, ne02, ngrp = 37, 11, 12, 4  # groups of 3 channels (dim 2) of 11 x 37 values
+    x = normal(rng, ne02, ne01, ne00) * 2 + 0.5
+    out = nans(*x.shape)
+    eps = 1e-6
+    k = lib[name]
+    fields = {**dims("0", x), "ngrp": ngrp, "eps": eps}
+    k(kargs(k, fields), x, out, threadgroups=(ngrp, 1, 1), threadgroup=(32, 1, 1), threadgroup_memory={0: 32 * 4})
+    g = x.astype(np.float64).reshape(ngrp, -1)
+    g = g - g.mean(-1, keepdims=True)
+    want = (g / np.sqrt((g ** 2).mean(-1, keepdims=True) + eps)).reshape(x.shape)
+    return [Check("dst", out, want, rtol=1e-4, atol=1e-5)]
+
+
+@recipe("kernel_rope_norm_f32", "kernel_rope_neox_f32", "kernel_rope_norm_f16", "kernel_rope_neox_f16")
+def rope(lib: mk.Library, name: str) -> list[Check]:
+    """Rotary embedding of the first n_dims of each head, with frequency factors (src2); neox pairs i with i + n_dims/2."""
+    rng = rng_for(name)
+    dtype = np.float16 if name.endswith("f16") else np.float32
+    head_dim, n_head, n_tok, n_dims = 72, 5, 7, 48
+    x = normal(rng, 1, n_tok, n_head, head_dim, dtype=dtype)
+    pos = rng.integers(0, 200, n_tok).astype(np.int32)
+    freq_factors = rng.uniform(0.5, 2.0, n_dims // 2).astype(np.float32)
+    out = np.full_like(x, np.nan)
+    freq_base, freq_scale = 10000.0, 0.5
+    k = lib.specialize(name, {FC_ROPE + 0: False, FC_ROPE + 1: False})
+    fields = {**dims("0", x), **dims("", out), "n_past": 0, "n_dims": n_dims, "n_offs": 0, "n_ctx_orig": 4096,
+              "freq_base": freq_base, "freq_scale": freq_scale, "ext_factor": 0.0, "attn_factor": 1.0,
+              "beta_fast": 32.0, "beta_slow": 1.0, "sect_0": 0, "sect_1": 0, "sect_2": 0, "sect_3": 0,
+              "src2": True, "inplace": False}
+    k(kargs(k, fields), x.view(np.int8).reshape(-1), pos.view(np.int8), freq_factors.view(np.int8),
+      dst(out), threadgroups=(n_head, n_tok, 1), threadgroup=(min(1024, head_dim), 1, 1))
+    ic = np.arange(n_dims // 2)
+    theta = (pos[:, None] * freq_base ** (-2.0 * ic / n_dims) / freq_factors * freq_scale)[None, :, None, :]
+    x64 = x.astype(np.float64)
+    if "neox" in name:
+        i0, i1 = ic, ic + n_dims // 2
+    else:
+        i0, i1 = 2 * ic, 2 * ic + 1
+    want = x64.copy()
+    want[..., i0] = x64[..., i0] * np.cos(theta) - x64[..., i1] * np.sin(theta)
+    want[..., i1] = x64[..., i0] * np.sin(theta) + x64[..., i1] * np.cos(theta)
+    tol = 2e-3 if dtype == np.float16 else 1e-4
+    return [Check("dst", out, want, rtol=tol, atol=tol)]
+
+
 # ---- running recipes --------------------------------------------------------------------
 
 _results: dict[tuple[str, str], list[Check]] = {}
