@@ -388,6 +388,169 @@ def rope(lib: mk.Library, name: str) -> list[Check]:
     return [Check("dst", out, want, rtol=tol, atol=tol)]
 
 
+# ---- flash attention ---------------------------------------------------------------------
+
+MAXHALF = 65504.0
+FA_D = 64  # head size of K and V: kernel_flash_attn_ext*_f16_dk64_dv64
+
+
+@dataclass
+class Attention:
+    """A flash-attention problem in ggml's layout: q (1, heads, queries, D) f32, k/v (1, kv_heads, n_kv, D) f16,
+    and an f16 mask (1, 1, rows, n_kv) whose storage has ``mask_rows`` >= queries rows."""
+    q: np.ndarray
+    k: np.ndarray
+    v: np.ndarray
+    mask: np.ndarray
+    n_queries: int
+    scale: float
+
+    @property
+    def n_kv(self) -> int:
+        return self.k.shape[2]
+
+    def fields(self, out: np.ndarray | None = None) -> dict:
+        """The kargs fields ggml_metal_op_flash_attn_ext fills for every FA kernel (no ALiBi, no softcap)."""
+        q, k, v, m = self.q, self.k, self.v, self.mask
+        f = {**dims("0", q), **dims("1", k), **dims("2", v), **dims("3", m)}
+        f.update(ne01=self.n_queries, ne31=self.n_queries, ne_12_2=k.shape[1], ne_12_3=k.shape[0],
+                 ns10=k.strides[2] // k.itemsize, ns20=v.strides[2] // v.itemsize,
+                 scale=self.scale, max_bias=0.0, m0=1.0, m1=1.0, n_head_log2=1, logit_softcap=0.0)
+        if out is not None:
+            f.update(dims("", out))
+        return f
+
+    def reference(self) -> np.ndarray:
+        """softmax(scale * q.k + mask) @ v per head, (1, queries, heads, D) as the kernels write it; q as half, as staged."""
+        heads, kv_heads = self.q.shape[1], self.k.shape[1]
+        q = self.q[:, :, :self.n_queries].astype(np.float16).astype(np.float64)
+        k = np.repeat(self.k.astype(np.float64), heads // kv_heads, axis=1)
+        v = np.repeat(self.v.astype(np.float64), heads // kv_heads, axis=1)
+        s = self.scale * q @ k.transpose(0, 1, 3, 2) + self.mask[:, :, :self.n_queries].astype(np.float64)
+        p = np.exp(s - s.max(-1, keepdims=True))
+        return (p / p.sum(-1, keepdims=True) @ v).transpose(0, 2, 1, 3)
+
+
+def _attention(name: str, n_queries: int, n_kv: int = 200) -> Attention:
+    """4 query heads over 2 KV heads; n_kv = 200 is not a multiple of the 64 (or 32) KV chunk, so the
+    last chunk goes through the pad buffer. The mask has a fully masked block, an all-zero block and
+    random blocks, so the blk pass sees every class."""
+    rng = rng_for(name)
+    q = normal(rng, 1, 4, n_queries, FA_D)
+    k = normal(rng, 1, 2, n_kv, FA_D, dtype=np.float16)
+    v = normal(rng, 1, 2, n_kv, FA_D, dtype=np.float16)
+    rows = -(-n_queries // 8) * 8  # the blk pass reads whole blocks of 8 rows
+    mask = normal(rng, 1, 1, rows, n_kv, dtype=np.float16)
+    mask[..., 64:128] = -np.inf
+    mask[..., 128:192] = 0
+    mask[..., 3, 10:20] = -np.inf
+    return Attention(q, k, v, mask, n_queries, 1 / np.sqrt(FA_D))
+
+
+def _fa_pad(lib: mk.Library, a: Attention, ncpsg: int) -> np.ndarray:
+    """kernel_flash_attn_ext_pad: the last partial KV chunk of k, v and mask, copied to a buffer of ncpsg rows each."""
+    kv_heads = a.k.shape[1]
+    size = ncpsg * (a.k.strides[2] * kv_heads + a.v.strides[2] * kv_heads + 2 * a.n_queries)
+    pad = np.zeros(size, np.uint8)
+    pad[:] = 0xAB  # bytes the kernel must overwrite
+    k = lib.specialize("kernel_flash_attn_ext_pad", {FC_FLASH_ATTN_EXT_PAD + 0: True, FC_FLASH_ATTN_EXT_PAD + 25: ncpsg})
+    k(kargs(k, a.fields()), src(a.k), src(a.v), src(a.mask), pad.view(np.int8),
+      threadgroups=(ncpsg, kv_heads, 1), threadgroup=(32, 1, 1))
+    return pad
+
+
+def _fa_pad_reference(a: Attention, ncpsg: int) -> np.ndarray:
+    icp = a.n_kv % ncpsg
+    ic0 = a.n_kv - icp
+    kv = []
+    for t in (a.k, a.v):
+        chunk = np.zeros((t.shape[1], ncpsg, FA_D), np.float16)
+        chunk[:, :icp] = t[0, :, ic0:]
+        kv.append(chunk.reshape(-1).view(np.uint8))
+    m = np.full((a.n_queries, ncpsg), -MAXHALF, np.float16)
+    m[:, :icp] = a.mask[0, 0, :a.n_queries, ic0:]
+    return np.concatenate([*kv, m.reshape(-1).view(np.uint8)])
+
+
+def _fa_blk(lib: mk.Library, a: Attention, nqptg: int, ncpsg: int) -> np.ndarray:
+    """kernel_flash_attn_ext_blk: per block of nqptg queries x ncpsg KV, 0 masked, 1 mixed, 2 all zero."""
+    nblk1, nblk0 = -(-a.n_queries // nqptg), -(-a.n_kv // ncpsg)
+    blk = np.full(-(-nblk0 * nblk1 // 32) * 32, -1, np.int8)
+    k = lib.specialize("kernel_flash_attn_ext_blk", {FC_FLASH_ATTN_EXT_BLK + 24: nqptg, FC_FLASH_ATTN_EXT_BLK + 25: ncpsg})
+    k(kargs(k, a.fields()), src(a.mask), blk, threadgroups=(nblk0, nblk1, 1), threadgroup=(32, 1, 1))
+    return blk[:nblk0 * nblk1].reshape(nblk1, nblk0)
+
+
+def _fa_blk_reference(a: Attention, nqptg: int, ncpsg: int) -> np.ndarray:
+    nblk1, nblk0 = -(-a.n_queries // nqptg), -(-a.n_kv // ncpsg)
+    want = np.ones((nblk1, nblk0), np.int8)  # a partial last chunk is always "mixed"
+    for i1 in range(nblk1):
+        for i0 in range(a.n_kv // ncpsg):
+            b = a.mask[0, 0, i1 * nqptg:(i1 + 1) * nqptg, i0 * ncpsg:(i0 + 1) * ncpsg].astype(np.float32)
+            want[i1, i0] = 0 if b.max() <= -MAXHALF else 2 if not b.any() else 1
+    return want
+
+
+@recipe("kernel_flash_attn_ext_pad")
+def fa_pad(lib: mk.Library, name: str) -> list[Check]:
+    a = _attention(name, n_queries=21)
+    return [Check("pad", _fa_pad(lib, a, 64), _fa_pad_reference(a, 64))]
+
+
+@recipe("kernel_flash_attn_ext_blk")
+def fa_blk(lib: mk.Library, name: str) -> list[Check]:
+    a = _attention(name, n_queries=21)
+    return [Check("blk", _fa_blk(lib, a, 8, 64), _fa_blk_reference(a, 8, 64))]
+
+
+@recipe("kernel_flash_attn_ext_f16_dk64_dv64", isolate=True)
+def flash_attn(lib: mk.Library, name: str) -> list[Check]:
+    """The simdgroup-matrix kernel, as ggml runs it for 20 or more queries: pad, blk, then attention."""
+    nqptg, ncpsg, nsg = 8, 64, 4  # OP_FLASH_ATTN_EXT_NQPSG, _NCPSG; nsg = 4 below a head size of 512
+    a = _attention(name, n_queries=21)
+    pad, blk = _fa_pad(lib, a, ncpsg), _fa_blk(lib, a, nqptg, ncpsg)
+    out = nans(1, a.n_queries, a.q.shape[1], FA_D)
+    fc = {FC_FLASH_ATTN_EXT + 0: True, FC_FLASH_ATTN_EXT + 1: False, FC_FLASH_ATTN_EXT + 2: False,
+          FC_FLASH_ATTN_EXT + 3: False, FC_FLASH_ATTN_EXT + 4: a.n_kv % ncpsg != 0,
+          FC_FLASH_ATTN_EXT + 10: a.n_queries % 8 != 0, FC_FLASH_ATTN_EXT + 20: FA_D,
+          FC_FLASH_ATTN_EXT + 21: FA_D, FC_FLASH_ATTN_EXT + 22: nsg}
+    k = lib.specialize(name, fc)
+    # FATTN_SMEM(nsg) of the half8x8 path: q, two K/V-sized staging rows and 2*2*ncpsg scores and mask per query
+    smem = -(-(nqptg * (FA_D + 2 * FA_D + 2 * 2 * ncpsg)) * 2 // 16) * 16
+    k(kargs(k, a.fields(out)), src(a.q), src(a.k), src(a.v), src(a.mask), None, pad.view(np.int8),
+      blk.reshape(-1), dst(out), threadgroups=(-(-a.n_queries // nqptg), a.q.shape[1], 1),
+      threadgroup=(32, nsg, 1), threadgroup_memory={0: smem})
+    return [Check("dst", out, a.reference(), rtol=2e-3, atol=2e-3)]
+
+
+@recipe("kernel_flash_attn_ext_vec_f16_dk64_dv64", isolate=True)
+def flash_attn_vec(lib: mk.Library, name: str) -> list[Check]:
+    """The vector kernel, as ggml runs it below 20 queries: pad, 32 workgroups over the KV, then their reduction."""
+    ncpsg, nwg = 32, 32  # OP_FLASH_ATTN_EXT_VEC_NCPSG; ggml always splits the KV over 32 workgroups
+    a = _attention(name, n_queries=3, n_kv=1000)
+    nsg = 1
+    while 2 * nwg * nsg * ncpsg < a.n_kv and nsg < 4:
+        nsg *= 2
+    pad = _fa_pad(lib, a, ncpsg)
+    heads = a.q.shape[1]
+    tmp = nans(a.n_queries * heads * nwg * (FA_D + 2))
+    fc = {FC_FLASH_ATTN_EXT_VEC + 0: True, FC_FLASH_ATTN_EXT_VEC + 1: False, FC_FLASH_ATTN_EXT_VEC + 2: False,
+          FC_FLASH_ATTN_EXT_VEC + 3: False, FC_FLASH_ATTN_EXT_VEC + 4: a.n_kv % ncpsg != 0,
+          FC_FLASH_ATTN_EXT_VEC + 20: FA_D, FC_FLASH_ATTN_EXT_VEC + 21: FA_D,
+          FC_FLASH_ATTN_EXT_VEC + 22: nsg, FC_FLASH_ATTN_EXT_VEC + 23: nwg}
+    out = nans(1, a.n_queries, heads, FA_D)
+    k = lib.specialize(name, fc)
+    # FATTN_SMEM(nsg) of the vector path, in halves: the query, 4*ncpsg scores and mask, two V-sized rows
+    smem = -(-((-(-FA_D // 128) * 128 + 4 * ncpsg + 2 * -(-FA_D // 128) * 128) * nsg * 2) // 16) * 16
+    k(kargs(k, a.fields(out)), src(a.q), src(a.k), src(a.v), src(a.mask), None, pad.view(np.int8),
+      dst(tmp), threadgroups=(a.n_queries, heads, nwg), threadgroup=(32, nsg, 1), threadgroup_memory={0: smem})
+    r = lib.specialize("kernel_flash_attn_ext_vec_reduce", {FC_FLASH_ATTN_EXT_VEC_REDUCE + 0: FA_D,
+                                                             FC_FLASH_ATTN_EXT_VEC_REDUCE + 1: nwg})
+    nrows = a.n_queries * heads
+    r(kargs(r, {"nrows": nrows}), dst(tmp), dst(out), threadgroups=(nrows, 1, 1), threadgroup=(32 * nwg, 1, 1))
+    return [Check("dst", out, a.reference(), rtol=2e-3, atol=2e-3)]
+
+
 # ---- running recipes --------------------------------------------------------------------
 
 _results: dict[tuple[str, str], list[Check]] = {}
