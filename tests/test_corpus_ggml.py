@@ -551,6 +551,67 @@ def flash_attn_vec(lib: mk.Library, name: str) -> list[Check]:
     return [Check("dst", out, a.reference(), rtol=2e-3, atol=2e-3)]
 
 
+# ---- rows: get_rows, sum_rows, argmax ---------------------------------------------------
+
+GET_ROWS = {"kernel_get_rows_f32": ("f32", 1500), "kernel_get_rows_f16": ("f16", 333),
+            "kernel_get_rows_q4_0": ("q4_0", 32 * 11), "kernel_get_rows_q8_0": ("q8_0", 32 * 7),
+            "kernel_get_rows_q4_K": ("q4_K", 256 * 3)}
+
+
+@recipe(*GET_ROWS)
+def get_rows(lib: mk.Library, name: str) -> list[Check]:
+    """Rows of src0 picked by int32 indices (repeated, out of order), dequantized to float."""
+    type_name, ne00 = GET_ROWS[name]
+    rng = rng_for(name)
+    table, table64, qk = _weights(rng, type_name, (2, 3, 50, ne00))
+    idx = rng.integers(0, 50, (2, 3, 7)).astype(np.int32)
+    out = nans(2, 3, 7, ne00)  # every get_rows kernel writes float rows
+    # ggml_metal_op_get_rows: quantized rows are dequantized 16 values (a float4x4) per thread
+    ne00t = ne00 // 16 if qk > 1 else ne00
+    nth = min(ne00t, MAX_THREADS)
+    nw0 = -(-ne00t // nth)
+    k = lib[name]
+    fields = {**dims("0", table, qk), **dims("1", idx), **dims("", out), "ne00t": ne00t}
+    k(kargs(k, fields), table.reshape(-1).view(np.uint8), idx.view(np.uint8).reshape(-1),
+      out.reshape(-1).view(np.uint8), threadgroups=(nw0 * 7, 3, 2), threadgroup=(nth, 1, 1))
+    want = np.take_along_axis(table64, idx[..., None].astype(np.int64), axis=2)
+    return [Check("dst", out, want.astype(np.float32))]
+
+
+@recipe("kernel_sum_rows_f32_f32", "kernel_sum_rows_f32_f32_4")
+def sum_rows(lib: mk.Library, name: str) -> list[Check]:
+    rng = rng_for(name)
+    c4 = name.endswith("_4")
+    ne00 = 2000 if c4 else 1999  # "_4" iff ne00 % 4 == 0
+    x = normal(rng, 2, 3, 5, ne00)
+    out = nans(2, 3, 5, 1)
+    # ggml_metal_op_sum_rows: the "_4" kernel counts float4s; nth grows to cover a row
+    n = ne00 // 4 if c4 else ne00
+    nth = 32
+    while nth < n and nth < MAX_THREADS:
+        nth *= 2
+    nth = min(nth, MAX_THREADS, n)
+    k = lib.specialize(name, {FC_SUM_ROWS + 0: 10})  # OP_SUM_ROWS_NUM_SUM_ROWS
+    fields = {**dims("0", x), **dims("", out), "ne00": n, "ne0": 1}
+    k(kargs(k, fields), src(x), dst(out), threadgroups=(5, 3, 2), threadgroup=(nth, 1, 1),
+      threadgroup_memory={0: 32 * 4 * (4 if c4 else 1)})
+    return [Check("dst", out, x.astype(np.float64).sum(-1, keepdims=True), rtol=1e-5, atol=1e-4)]
+
+
+@recipe("kernel_argmax_f32")
+def argmax(lib: mk.Library, name: str) -> list[Check]:
+    rng = rng_for(name)
+    x = normal(rng, 7, 1001)
+    out = np.full(7, -1, np.int32)
+    nth = 32
+    while nth < 1001 and nth * 7 < 256:
+        nth *= 2
+    k = lib[name]
+    k(kargs(k, {"ne00": 1001, "nb01": x.strides[0]}), src(x), dst(out), threadgroups=(7, 1, 1),
+      threadgroup=(nth, 1, 1), threadgroup_memory={0: 32 * 8})
+    return [Check("dst", out, x.argmax(-1).astype(np.int32))]
+
+
 # ---- running recipes --------------------------------------------------------------------
 
 _results: dict[tuple[str, str], list[Check]] = {}
