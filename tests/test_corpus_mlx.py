@@ -128,6 +128,247 @@ def recipe_softmax(mlx, rng, kind, t, rows, axis, precise):
     return [Out(name, out, e / e.sum(axis=1, keepdims=True), *tol(t))]
 
 
+# ---------------------------------------------------------------- rms_norm, layer_norm (normalization.cpp)
+
+@recipe(*[dict(id=f"{t}-{rows}x{axis}", t=t, rows=rows, axis=axis)
+          for t, rows, axis in [("float32", 6, 77), ("float16", 4, 1000), ("bfloat16", 3, 4095),
+                                ("float32", 3, 4100), ("float16", 2, 6001)]])
+def recipe_rms_norm(mlx, rng, t, rows, axis):
+    # rms_single_row up to RMS_LOOPED_LIMIT (4096), rms_looped beyond; geometry as softmax's
+    name = f"rms{'_looped' if axis > 4096 else ''}{t}"
+    k = mlx("rms_norm.metal", name)
+    x, w = randn(rng, (rows, axis), FLOATS[t]), randn(rng, axis, FLOATS[t])
+    out = np.empty_like(x)
+    eps = 1e-5
+    k(x, w, out, np.float32(eps), np.uint32(axis), np.uint32(1), **softmax_geometry(k, axis, rows))
+    want = f64(w) * (f64(x) / np.sqrt((f64(x) ** 2).mean(axis=1, keepdims=True) + eps))
+    return [Out(name, out, want, *tol(t))]
+
+
+@recipe(*[dict(id=f"{t}-{rows}x{axis}", t=t, rows=rows, axis=axis)
+          for t, rows, axis in [("float32", 5, 251), ("float16", 3, 2043), ("bfloat16", 2, 1017),
+                                ("float32", 2, 6657), ("bfloat16", 2, 7001)]])
+def recipe_layer_norm(mlx, rng, t, rows, axis):
+    # layer_norm_single_row (8 reads a thread) up to 6656, layer_norm_looped (4) beyond.
+    # Single-row sizes keep every lane within 8 of the row's end: a lane further out indexes its
+    # register array with a negative count (n = axis_size - lid * 8 < 0), which MLX never guards.
+    looped = axis > 6656
+    name = f"layer_norm{'_looped' if looped else ''}{t}"
+    k = mlx("layer_norm.metal", name)
+    x = randn(rng, (rows, axis), FLOATS[t], 2.0) + FLOATS[t](0.5)
+    w, b = randn(rng, axis, FLOATS[t]), randn(rng, axis, FLOATS[t])
+    out = np.empty_like(x)
+    eps = 1e-5
+    geometry = softmax_geometry(k, axis, rows, n_reads=4 if looped else 8, looped_limit=6656)
+    k(x, w, b, out, np.float32(eps), np.uint32(axis), np.uint32(1), np.uint32(1), **geometry)
+    xc = f64(x) - f64(x).mean(axis=1, keepdims=True)
+    want = f64(w) * xc / np.sqrt((xc ** 2).mean(axis=1, keepdims=True) + eps) + f64(b)
+    return [Out(name, out, want, *tol(t))]
+
+
+# ---------------------------------------------------------------- rope (rope.cpp)
+
+def block_dims(dim0, dim1, dim2, pow2=10):
+    """MLX's get_block_dims: powers of two, grown round-robin over the axes that still fit, up to 2**pow2."""
+    pows, total = [0, 0, 0], 0
+    while True:
+        before = total
+        for i, d in enumerate((dim0, dim1, dim2)):
+            if d >= 1 << (pows[i] + 1):
+                pows[i] += 1
+                total += 1
+            if total == 10:
+                return tuple(1 << p for p in pows)
+        if total == before or total == pow2:
+            return tuple(1 << p for p in pows)
+
+
+def rope_reference(x, offsets, dims, base, scale, traditional, forward=True):
+    """x: (B, H, T, D) rotated over its first `dims` features at positions offset[b] + t."""
+    B, H, T, D = x.shape
+    x = f64(x)
+    inv_freq = 2.0 ** (-(np.arange(dims // 2) / (dims // 2)) * np.log2(base))
+    theta = scale * (offsets[:, None] + np.arange(T))[:, None, :, None] * inv_freq  # (B, 1, T, dims/2)
+    c, s = np.cos(theta), np.sin(theta)
+    if traditional:
+        x1, x2 = x[..., 0:dims:2], x[..., 1:dims:2]
+    else:
+        x1, x2 = x[..., :dims // 2], x[..., dims // 2:dims]
+    if not forward:
+        s = -s
+    r1, r2 = x1 * c - x2 * s, x1 * s + x2 * c
+    out = x.copy()
+    if traditional:
+        out[..., 0:dims:2], out[..., 1:dims:2] = r1, r2
+    else:
+        out[..., :dims // 2], out[..., dims // 2:dims] = r1, r2
+    return out
+
+
+@recipe(dict(id="float32-traditional-B2H5T7D64", t="float32", shape=(2, 5, 7, 64), traditional=True, forward=True),
+        dict(id="float16-B1H3T9D32-vjp", t="float16", shape=(1, 3, 9, 32), traditional=False, forward=False),
+        dict(id="bfloat16-B3H6T5D48", t="bfloat16", shape=(3, 6, 5, 48), traditional=False, forward=True))
+def recipe_rope(mlx, rng, t, shape, traditional, forward):
+    # A row-contiguous (B, H, T, D) input rotated over all of D: strides (T*D, D, 1), N = H heads,
+    # 4 heads a thread; grid (D/2, T, B * ceil(H/4)) in get_block_dims threadgroups.
+    B, H, T, D = shape
+    name = f"rope_{t}"
+    k = mlx("rope.metal", name, {"forward": forward, "traditional": traditional, "hs_transpose": False})
+    x = randn(rng, shape, FLOATS[t])
+    out = np.empty_like(x)
+    offsets = rng.integers(0, 50, B).astype(np.int32)
+    base, scale = 10000.0, 0.75
+    strides = np.array([T * D, D, 1], np.int64)
+    grid = (D // 2, T, B * -(-H // 4))
+    k(x, out, offsets, np.float32(scale), strides, strides, np.int64(1), np.int32(H), np.float32(np.log2(base)),
+      grid=grid, threadgroup=block_dims(*grid))
+    return [Out(name, out, rope_reference(x, offsets.astype(np.float64), D, base, scale, traditional, forward),
+                *tol(t, f32=(1e-4, 1e-4)))]
+
+
+@recipe(dict(id="float32-B2H5D64", t="float32", shape=(2, 5, 1, 64), traditional=False),
+        dict(id="bfloat16-traditional-B1H7D80", t="bfloat16", shape=(1, 7, 1, 80), traditional=True))
+def recipe_rope_single(mlx, rng, t, shape, traditional):
+    # One token (T == 1) with one offset: rope_single, grid (D/2, B*H), stride = T*D
+    B, H, _, D = shape
+    name = f"rope_single_{t}"
+    k = mlx("rope.metal", name, {"forward": True, "traditional": traditional, "hs_transpose": False})
+    x = randn(rng, shape, FLOATS[t])
+    out = np.empty_like(x)
+    offset, base, scale = 37, 10000.0, 1.0
+    grid = (D // 2, B * H, 1)
+    k(x, out, np.int32(offset), np.float32(scale), np.int64(D), np.float32(np.log2(base)),
+      grid=grid, threadgroup=block_dims(*grid))
+    want = rope_reference(x, np.full(B, float(offset)), D, base, scale, traditional)
+    return [Out(name, out, want, *tol(t, f32=(1e-4, 1e-4)))]
+
+
+# ---------------------------------------------------------------- reductions (reduce.cpp)
+
+REDUCE_OPS = {"sum": np.sum, "max": np.max, "min": np.min, "prod": np.prod}
+
+
+def reduce_tol(op, t, n):
+    """Exact for integers and min/max; sums accumulate in the input type, in an order numpy does not follow."""
+    if op in ("max", "min") or np.dtype(t).kind in "iu":
+        return 0.0, 0.0
+    r, a = tol(t)
+    return r * 4, a * np.sqrt(n)
+
+
+def reduce_input(rng, shape, t, op):
+    if np.dtype(t).kind in "iu":
+        return rng.integers(-3 if op == "prod" else -1000, 4 if op == "prod" else 1000, shape).astype(t)
+    if op == "prod":
+        return (rng.uniform(0.9, 1.1, shape) * rng.choice([-1, 1], shape)).astype(t)
+    return randn(rng, shape, t)
+
+
+def all_reduce_geometry(n):
+    """Threads for one threadgroup reading 4 elements each, in whole SIMD-groups."""
+    return 32 * -(-(-(-n // 4)) // 32)
+
+
+@recipe(dict(id="sum_float32-1000", op="sum", t="float32", n=1000),
+        dict(id="max_int32-4096", op="max", t="int32", n=4096),
+        dict(id="sum_int32-77777", op="sum", t="int32", n=77777),
+        dict(id="prod_float16-3001", op="prod", t="float16", n=3001),
+        dict(id="min_bfloat16-50001", op="min", t="bfloat16", n=50001))
+def recipe_all_reduce(mlx, rng, op, t, n):
+    # Up to 4 * 1024 elements: one threadgroup. More: 128 rows of ceil(n / 128) elements into an
+    # intermediate (one threadgroup a row), then one threadgroup of 32 over the 128 partials.
+    dt = np.dtype(FLOATS.get(t, t))
+    name = f"all_reduce_{op}{t}"
+    k = mlx("reduce.metal", name)
+    x = reduce_input(rng, n, dt, op)
+    out = np.empty(1, dt)
+    if n <= 4 * 1024:
+        tg = all_reduce_geometry(n)
+        k(x, out, np.uint64(n), np.uint64(n), grid=(tg, 1, 1), threadgroup=(tg, 1, 1))
+    else:
+        rows = 32 * 4
+        row_size = -(-n // rows)
+        tg = 32 * -(-min(-(-row_size // 4), 1024) // 32)
+        partial = np.empty(rows, dt)
+        k(x, partial, np.uint64(n), np.uint64(row_size), grid=(tg, rows, 1), threadgroup=(tg, 1, 1))
+        k(partial, out, np.uint64(rows), np.uint64(rows), grid=(32, 1, 1), threadgroup=(32, 1, 1))
+    want = REDUCE_OPS[op](f64(x) if dt.kind == "f" or dt == bf16 else x.astype(np.int64), keepdims=True)
+    if dt.kind in "iu":
+        want = want.astype(dt)  # MLX's int32 sum wraps as int32 does
+    return [Out(name, out, want, *reduce_tol(op, dt, n))]
+
+
+def row_size_threadgroup(row_size):
+    """MLX's threadgroup_size_from_row_size."""
+    if row_size <= 512:
+        return 32
+    if row_size <= 1024:
+        return 128
+    return min(1024, 32 * -(-(-(-row_size // 4)) // 32))
+
+
+@recipe(dict(id="small_sum_float32-37x45", kind="small", op="sum", t="float32", rows=37, cols=45),
+        dict(id="small_max_int32-100x7", kind="small", op="max", t="int32", rows=100, cols=7),
+        dict(id="simple_sum_float32-70x300", kind="simple", op="sum", t="float32", rows=70, cols=300),
+        dict(id="simple_min_float16-33x2000", kind="simple", op="min", t="float16", rows=33, cols=2000),
+        dict(id="looped_sum_bfloat16-5x1500", kind="looped", op="sum", t="bfloat16", rows=5, cols=1500),
+        dict(id="looped_prod_float32-9x777", kind="looped", op="prod", t="float32", rows=9, cols=777))
+def recipe_row_reduce(mlx, rng, kind, op, t, rows, cols):
+    # Reducing the last axis of a contiguous (rows, cols): row_size = cols, no other reduced axes
+    # (reduce_ndim 0, sent as one 0), the kept axis as shape [rows], strides [cols].
+    # cols <= 64: row_reduce_small, a thread a row; rows >= 32: row_reduce_simple, 4 rows a
+    # threadgroup; otherwise row_reduce_looped, a threadgroup a row.
+    dt = np.dtype(FLOATS.get(t, t))
+    x = reduce_input(rng, (rows, cols), dt, op)
+    out = np.empty(rows, dt)
+    common = (np.int32([rows]), np.int64([cols]), np.int32(1), np.int32([0]), np.int64([0]), np.int32(0))
+    if kind == "small":
+        name = f"row_reduce_small_1_reduce_{op}{t}"
+        mlx("reduce.metal", name)(x, out, np.int64(cols), np.int64(1), *common,
+                                   grid=(rows, 1, 1), threadgroup=(min(rows, 1024), 1, 1))
+    elif kind == "simple":
+        name = f"row_reduce_simple_{op}{t}"
+        tg = row_size_threadgroup(cols)
+        mlx("reduce.metal", name)(x, out, np.uint64(cols), np.int64(rows), grid=(tg, -(-rows // 4), 1),
+                                   threadgroup=(tg, 1, 1))
+    else:
+        name = f"row_reduce_looped_1_reduce_{op}{t}"
+        tg = row_size_threadgroup(cols)
+        mlx("reduce.metal", name)(x, out, np.int64(cols), np.int64(1), *common, grid=(tg, rows, 1),
+                                   threadgroup=(tg, 1, 1))
+    want = REDUCE_OPS[op](f64(x) if dt.kind == "f" or dt == bf16 else x.astype(np.int64), axis=1)
+    return [Out(name, out, want.astype(dt) if dt.kind in "iu" else want, *reduce_tol(op, dt, cols))]
+
+
+@recipe(dict(id="small_sum_float32-20x37", kind="small", op="sum", t="float32", rows=20, cols=37),
+        dict(id="small_max_int32-9x130", kind="small", op="max", t="int32", rows=9, cols=130),
+        dict(id="looped_sum_float32-200x45", kind="looped", op="sum", t="float32", rows=200, cols=45),
+        dict(id="looped_min_float16-65x100", kind="looped", op="min", t="float16", rows=65, cols=100))
+def recipe_col_reduce(mlx, rng, kind, op, t, rows, cols):
+    # Reducing axis 0 of a contiguous (rows, cols): reduction_size = rows, reduction_stride = cols,
+    # the reduced axis itself as reduce_shape [rows] / reduce_strides [cols] (reduce_ndim 1) and no
+    # kept axes (ndim 0, sent as one 0). Under 32 rows: col_reduce_small, threadgroups of
+    # (min(ceil(cols/4), 32), min(8, rows)); up to 256 rows: col_reduce_looped with 32x32 tiles,
+    # 256 threads per 32 columns.
+    dt = np.dtype(FLOATS.get(t, t))
+    x = reduce_input(rng, (rows, cols), dt, op)
+    out = np.empty(cols, dt)
+    args = (np.uint64(rows), np.int64(cols), np.int32([0]), np.int64([0]), np.int32(0), np.int32([rows]),
+            np.int64([cols]), np.int32(1), np.uint64(1))
+    if kind == "small":
+        name = f"col_reduce_small_1_reduce_{op}{t}"
+        k = mlx("reduce.metal", name)
+        blocks = -(-cols // 4)
+        tx = min(blocks, 32)
+        ty = min(8, k.max_threads_per_threadgroup // tx, rows)
+        k(x, out, *args, threadgroups=(-(-blocks // tx), 1, 1), threadgroup=(tx, ty, 1))
+    else:
+        name = f"col_reduce_looped_1_32_32_reduce_{op}{t}"
+        mlx("reduce.metal", name)(x, out, *args, grid=(256 * -(-cols // 32), 1, 1), threadgroup=(256, 1, 1))
+    want = REDUCE_OPS[op](f64(x) if dt.kind == "f" or dt == bf16 else x.astype(np.int64), axis=0)
+    return [Out(name, out, want.astype(dt) if dt.kind in "iu" else want, *reduce_tol(op, dt, rows))]
+
+
 # ---------------------------------------------------------------- tests
 
 _outcomes: dict = {}
