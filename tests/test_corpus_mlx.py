@@ -369,6 +369,207 @@ def recipe_col_reduce(mlx, rng, kind, op, t, rows, cols):
     return [Out(name, out, want.astype(dt) if dt.kind in "iu" else want, *reduce_tol(op, dt, rows))]
 
 
+# ---------------------------------------------------------------- scan (scan.cpp)
+
+def grid_2d(shape, strides, divisor=1):
+    """MLX's get_2d_grid_dims: the grid over an array's elements (broadcast axes left out), with
+    `divisor` elements per grid point taken out of whole axes where it can be."""
+    gx = gy = 1
+    for n, st in zip(shape, strides):
+        if st == 0:
+            continue
+        if divisor % n == 0:
+            divisor //= n
+            continue
+        if gx * n < 2**32 - 1:
+            gx *= n
+        else:
+            gy *= n
+        if divisor > 1:
+            if gx % divisor == 0:
+                gx, divisor = gx // divisor, 1
+            elif gy % divisor == 0:
+                gy, divisor = gy // divisor, 1
+    gx, gy = max(gx, gy), min(gx, gy)
+    if divisor > 1:
+        gx = -(-gx // divisor) * divisor
+    return gx, gy
+
+
+SCAN_OPS = {"sum": np.cumsum, "prod": np.cumprod, "max": np.maximum.accumulate, "min": np.minimum.accumulate}
+SCAN_INIT = {"sum": 0, "prod": 1}
+
+
+def scan_reference(x, op, axis, reverse, inclusive):
+    x = np.flip(x, axis) if reverse else x
+    y = SCAN_OPS[op](x, axis=axis)
+    if not inclusive:  # exclusive: shifted by one, the op's identity first
+        y = np.roll(y, 1, axis=axis)
+        idx = [slice(None)] * x.ndim
+        idx[axis] = 0
+        y[tuple(idx)] = SCAN_INIT[op]
+    return np.flip(y, axis) if reverse else y
+
+
+@recipe(dict(id="inclusive_sum_int32-3x1000", op="sum", t="int32", shape=(3, 1000), reverse=False, inclusive=True),
+        dict(id="exclusive_sum_float32-4x77", op="sum", t="float32", shape=(4, 77), reverse=False, inclusive=False),
+        dict(id="reverse_inclusive_sum_int32-2x5000", op="sum", t="int32", shape=(2, 5000), reverse=True,
+             inclusive=True),
+        dict(id="reverse_exclusive_prod_int32-5x33", op="prod", t="int32", shape=(5, 33), reverse=True,
+             inclusive=False),
+        dict(id="inclusive_max_float16-6x9000", op="max", t="float16", shape=(6, 9000), reverse=False,
+             inclusive=True),
+        dict(id="inclusive_sum_bfloat16-2x300", op="sum", t="bfloat16", shape=(2, 300), reverse=False,
+             inclusive=True))
+def recipe_contig_scan(mlx, rng, op, t, shape, reverse, inclusive):
+    # Along a contiguous last axis: a threadgroup a row, enough SIMD-groups for 4 elements a
+    # thread up to 4 * 1024 elements, half of that up to 4 * 2048, else the pipeline's largest.
+    dt = np.dtype(FLOATS.get(t, t))
+    rows, size = shape
+    name = f"contig_scan_{'reverse_' if reverse else ''}{'inclusive' if inclusive else 'exclusive'}_{op}_{t}_{t}"
+    k = mlx("scan.metal", name)
+    x = reduce_input(rng, shape, dt, op)
+    out = np.empty_like(x)
+    mx = k.max_threads_per_threadgroup
+    tg = mx
+    if size <= 4 * 1024:
+        tg = -(-size // 128) * 32
+    elif size <= 4 * 2048:
+        tg = -(-(size // 2) // 128) * 32
+    tg = min(tg, mx)
+    gx, gy = grid_2d(shape, (size, 1), size)
+    k(x, out, np.uint64(size), grid=(tg, gx, gy), threadgroup=(tg, 1, 1))
+    want = scan_reference(f64(x) if dt.kind == "f" or dt == bf16 else x.astype(np.int64), op, 1, reverse, inclusive)
+    if dt.kind in "iu":
+        return [Out(name, out, want.astype(dt))]
+    r, a = tol(dt)
+    return [Out(name, out, want, r, a * np.sqrt(size) * np.abs(want).max() if op == "sum" else a)]
+
+
+@recipe(dict(id="inclusive_sum_int32-50x45", op="sum", t="int32", shape=(50, 45), reverse=False, inclusive=True),
+        dict(id="reverse_exclusive_sum_float32-2x33x70", op="sum", t="float32", shape=(2, 33, 70), reverse=True,
+             inclusive=False),
+        dict(id="inclusive_min_int32-3x17x5", op="min", t="int32", shape=(3, 17, 5), reverse=False, inclusive=True))
+def recipe_strided_scan(mlx, rng, op, t, shape, reverse, inclusive):
+    # Along axis -2 of a contiguous array (stride = the last axis): 256 threads (8 SIMD-groups,
+    # 4 reads each) per 32 columns of the stride, times the other axes.
+    dt = np.dtype(FLOATS.get(t, t))
+    size, stride = shape[-2], shape[-1]
+    name = f"strided_scan_{'reverse_' if reverse else ''}{'inclusive' if inclusive else 'exclusive'}_{op}_{t}_{t}"
+    k = mlx("scan.metal", name)
+    x = reduce_input(rng, shape, dt, op)
+    out = np.empty_like(x)
+    blocks = -(-stride // 32)
+    gx, gy = grid_2d(shape, [st // x.itemsize for st in x.strides], size * stride)
+    k(x, out, np.uint64(size), np.uint64(stride), np.uint64(blocks), grid=(256, gx * blocks, gy),
+      threadgroup=(256, 1, 1))
+    want = scan_reference(f64(x) if dt.kind == "f" else x.astype(np.int64), op, x.ndim - 2, reverse, inclusive)
+    if dt.kind in "iu":
+        return [Out(name, out, want.astype(dt))]
+    return [Out(name, out, want, 1e-5, 1e-5 * np.sqrt(size) * np.abs(want).max())]
+
+
+# ---------------------------------------------------------------- sort (sort.cpp)
+
+def sort_block_threads(size, itemsize):
+    """gpu_merge_sort's threads a block: 4 elements each, the next power of two from 32 to 512
+    (256 for 8-byte types)."""
+    need = -(-size // 4)
+    bn = next(b for b in (32, 64, 128, 256, 512) if need <= b or b == 512)
+    return 256 if bn == 512 and itemsize > 4 else bn
+
+
+def distinct(rng, shape, dt):
+    """Values without ties, so that an argsort has one answer."""
+    n = int(np.prod(shape))
+    if dt.kind in "iu":
+        v = rng.permutation(n) - n // 2
+    else:
+        v = rng.permutation(n) * 0.25 - n / 8  # exact in half precision for n < 8192
+    return v.reshape(shape).astype(dt)
+
+
+@recipe(dict(id="float32-5x100", t="float32", rows=5, size=100, arg=False),
+        dict(id="int32-3x2000", t="int32", rows=3, size=2000, arg=False),
+        dict(id="float16-4x31", t="float16", rows=4, size=31, arg=False),
+        dict(id="bfloat16-2x257", t="bfloat16", rows=2, size=257, arg=False),
+        dict(id="arg-float32-6x513", t="float32", rows=6, size=513, arg=True),
+        dict(id="arg-int32-3x7", t="int32", rows=3, size=7, arg=True))
+def recipe_block_sort(mlx, rng, t, rows, size, arg):
+    # Rows that fit one block (bn threads x 4): one threadgroup of bn threads a row, contiguous
+    # ("c") layout: sorted-axis stride 1, segment stride = the row length.
+    dt = np.dtype(FLOATS.get(t, t))
+    bn = sort_block_threads(size, dt.itemsize)
+    assert size <= bn * 4
+    name = f"c{'arg' if arg else ''}_block_sort_{t}_{'uint32' if arg else t}_bn{bn}_tn4"
+    k = mlx("sort.metal", name)
+    x = distinct(rng, (rows, size), dt)
+    out = np.empty((rows, size), np.uint32 if arg else dt)
+    k(x, out, np.int32(size), np.int32(1), np.int32(1), np.int32(size), np.int32(size),
+      threadgroups=(1, rows, 1), threadgroup=(bn, 1, 1))
+    want = np.argsort(f64(x), axis=1, kind="stable").astype(np.uint32) if arg else np.sort(x, axis=1)
+    return [Out(name, out, want if arg else f64(want))]
+
+
+@recipe(dict(id="float32-3x5000", t="float32", rows=3, size=5000, arg=True),
+        dict(id="int32-2x4097", t="int32", rows=2, size=4097, arg=False),
+        dict(id="float16-1x6000", t="float16", rows=1, size=6000, arg=True))
+def recipe_multi_block_sort(mlx, rng, t, rows, size, arg):
+    # Rows longer than one block of 512 x 4: mb_block_sort sorts each block into vals/idxs, then
+    # for merge_tiles = 2, 4, ... while merge_tiles / 2 < n_blocks, mb_block_partition (one
+    # threadgroup of min(n_blocks + 1, 1024) threads a row) finds the merge paths and
+    # mb_block_merge merges pairs of runs, ping-ponging between two buffers.
+    dt = np.dtype(FLOATS.get(t, t))
+    bn = 512
+    n_blocks = -(-size // (bn * 4))
+    assert n_blocks > 1
+    suffix = f"{t}_uint32_bn{bn}_tn4"
+    sort, partition, merge = (mlx("sort.metal", f"{s}_mbsort_{suffix}") for s in ("sort", "partition", "merge"))
+    x = distinct(rng, (rows, size), dt)
+    vals = [np.empty((rows, size), dt) for _ in range(2)]
+    idxs = [np.empty((rows, size), np.uint32) for _ in range(2)]
+    parts = np.empty((rows, n_blocks + 1), np.uint32)
+    sort(x, vals[0], idxs[0], np.int32(size), np.int32(1), np.int32(1), np.int32([rows]), np.int64([size]),
+         threadgroups=(n_blocks, rows, 1), threadgroup=(bn, 1, 1))
+    src, merge_tiles = 0, 2
+    while merge_tiles // 2 < n_blocks:
+        partition(parts, vals[src], idxs[src], np.int32(size), np.int32(merge_tiles), np.int32(n_blocks),
+                  threadgroups=(1, rows, 1), threadgroup=(min(n_blocks + 1, 1024), 1, 1))
+        merge(parts, vals[src], idxs[src], vals[1 - src], idxs[1 - src], np.int32(size), np.int32(merge_tiles),
+              np.int32(n_blocks), threadgroups=(n_blocks, rows, 1), threadgroup=(bn, 1, 1))
+        src, merge_tiles = 1 - src, merge_tiles * 2
+    order = np.argsort(f64(x), axis=1, kind="stable")
+    return [Out(name, got, want) for name, got, want in
+            [("sorted values", vals[src], np.sort(f64(x), axis=1)), ("sorted indices", idxs[src], order)]]
+
+
+# ---------------------------------------------------------------- arg_reduce (primitives.cpp)
+
+@recipe(dict(id="argmax_float32-7x1000", op="argmax", t="float32", shape=(7, 1000), axis=1),
+        dict(id="argmin_float16-5x33", op="argmin", t="float16", shape=(5, 33), axis=1),
+        dict(id="argmax_int32-300x9", op="argmax", t="int32", shape=(300, 9), axis=0),
+        dict(id="argmin_bfloat16-4x5x6000", op="argmin", t="bfloat16", shape=(4, 5, 6000), axis=2))
+def recipe_arg_reduce(mlx, rng, op, t, shape, axis):
+    # A threadgroup per output of min(ceil(size / 4), max) threads rounded up to a SIMD-group;
+    # the shape and strides without the reduced axis, the reduced axis' stride and size.
+    dt = np.dtype(FLOATS.get(t, t))
+    name = f"{op}_{t}"
+    k = mlx("arg_reduce.metal", name)
+    x = distinct(rng, shape, dt) if dt != bf16 else randn(rng, shape, dt)
+    out_shape = tuple(n for i, n in enumerate(shape) if i != axis)
+    out = np.empty(out_shape, np.uint32)
+    size = shape[axis]
+    tg = 32 * -(-min(-(-size // 4), k.max_threads_per_threadgroup) // 32)
+    in_strides = [st // x.itemsize for st in x.strides]
+    out_strides = [st // 4 for st in out.strides]
+    k(x, out, np.int32(out_shape), np.int64([s for i, s in enumerate(in_strides) if i != axis]),
+      np.int64(out_strides), np.uint64(len(out_shape)), np.int64(in_strides[axis]), np.uint64(size),
+      grid=(tg, *grid_2d(out_shape, out_strides)), threadgroup=(tg, 1, 1))
+    # ties (bfloat16 has few values) go to the first index, as numpy's
+    want = (np.argmax if op == "argmax" else np.argmin)(f64(x), axis=axis).astype(np.uint32)
+    return [Out(name, out, want)]
+
+
 # ---------------------------------------------------------------- tests
 
 _outcomes: dict = {}
