@@ -19,6 +19,7 @@ import pytest
 
 import metalkit as mk
 from corpus import CORPUS, require
+from mlx_quants import quantize
 
 MLX_KERNELS = "mlx/mlx/backend/metal/kernels"
 EXECUTIONS = ["auto", "threads"]
@@ -39,9 +40,7 @@ class Mlx:
         key = (file, self.execution)
         if key not in self._libs:
             path = require(f"{MLX_KERNELS}/{file}")
-            # "auto" is the default; only the reference model is asked for by name
-            kw = {} if self.execution == "auto" else {"execution": self.execution}
-            self._libs[key] = mk.load(path, include_dirs=[str(CORPUS / "mlx")], **kw)
+            self._libs[key] = mk.load(path, include_dirs=[str(CORPUS / "mlx")], execution=self.execution)
         lib = self._libs[key]
         return lib.specialize(name, constants) if constants else lib[name]
 
@@ -568,6 +567,260 @@ def recipe_arg_reduce(mlx, rng, op, t, shape, axis):
     # ties (bfloat16 has few values) go to the first index, as numpy's
     want = (np.argmax if op == "argmax" else np.argmin)(f64(x), axis=axis).astype(np.uint32)
     return [Out(name, out, want)]
+
+
+# ---------------------------------------------------------------- logsumexp (logsumexp.cpp)
+
+@recipe(*[dict(id=f"{kind}_{t}-{rows}x{axis}", kind=kind, t=t, rows=rows, axis=axis)
+          for kind, t, rows, axis in [("block", "float32", 6, 333), ("block", "float16", 3, 4096),
+                                      ("block", "bfloat16", 4, 45), ("looped", "float32", 3, 5001),
+                                      ("looped", "float16", 2, 9000)]])
+def recipe_logsumexp(mlx, rng, kind, t, rows, axis):
+    # softmax's geometry and looped limit (4096)
+    name = f"{kind}_logsumexp_{t}"
+    k = mlx("logsumexp.metal", name)
+    x = randn(rng, (rows, axis), FLOATS[t], 3.0)
+    out = np.empty(rows, FLOATS[t])
+    k(x, out, np.int32(axis), **softmax_geometry(k, axis, rows))
+    m = f64(x).max(axis=1)
+    return [Out(name, out, m + np.log(np.exp(f64(x) - m[:, None]).sum(axis=1)), *tol(t))]
+
+
+# ---------------------------------------------------------------- gemv, gemv_t (matmul.cpp)
+
+def gemv_tiles(transposed, k, out_len):
+    """gemv_axbpy's (bm, bn, sm, sn, tm, tn) for a matrix-vector product with an input vector of
+    k and an output of out_len."""
+    if transposed:
+        sm, sn = (4, 8) if k >= 8192 and out_len >= 2048 else (8, 4)
+        bn = 16 if out_len >= 2048 else 4 if out_len >= 512 else 2
+        return 1, bn, sm, sn, 4, 1 if out_len < 4 else 4
+    bm, bn, sm, sn = (8 if out_len >= 4096 else 4), 1, 1, 32
+    if k <= 64:
+        bm, sm, sn = 1, 8, 4
+    elif k >= 16 * out_len:
+        bm, bn = 1, 8
+    return bm, bn, sm, sn, 1 if out_len < 4 else 4, 4
+
+
+@recipe(dict(id="float32-M100xK333", t="float32", m=100, k=333, transposed=False),
+        dict(id="float16-M37xK50", t="float16", m=37, k=50, transposed=False),
+        dict(id="bfloat16-M3xK1000", t="bfloat16", m=3, k=1000, transposed=False),
+        dict(id="float32-M4097xK65", t="float32", m=4097, k=65, transposed=False),
+        dict(id="t-float32-K200xN77", t="float32", m=77, k=200, transposed=True),
+        dict(id="t-float16-K129xN3", t="float16", m=3, k=129, transposed=True),
+        dict(id="t-bfloat16-K90xN600", t="bfloat16", m=600, k=90, transposed=True),
+        dict(id="t-float32-K33xN2100", t="float32", m=2100, k=33, transposed=True))
+def recipe_gemv(mlx, rng, t, m, k, transposed):
+    # matmul of a row-contiguous (m, k) matrix by a (k, 1) vector routes to gemv (out[i] = mat[i] . vec);
+    # a (1, k) vector by a (k, m) matrix to gemv_t (out[j] = vec . mat[:, j]). Not batched: batch
+    # shape [1] with zero strides, no bias (axpby 0); threadgroups of (32, bn, bm), one per
+    # bm*sm*tm (gemv) or bn*sn*tn (gemv_t) outputs.
+    bm, bn, sm, sn, tm, tn = gemv_tiles(transposed, k, m)
+    name = f"gemv_{'t_' if transposed else ''}{t}_bm{bm}_bn{bn}_sm{sm}_sn{sn}_tm{tm}_tn{tn}_nc0_axpby0"
+    kern = mlx("gemv.metal", name)
+    mat = randn(rng, (k, m) if transposed else (m, k), FLOATS[t])
+    vec = randn(rng, k, FLOATS[t])
+    out = np.empty(m, FLOATS[t])
+    per_group = bn * sn * tn if transposed else bm * sm * tm
+    kern(mat, vec, None, out, np.int32(k), np.int32(m), np.int32(mat.shape[1]), np.float32(1), np.float32(0),
+         np.int32(1), np.int32([1]), np.int64([0]), np.int64([0]), None, np.int32(0),
+         threadgroups=(-(-m // per_group), 1, 1), threadgroup=(32, bn, bm))
+    want = f64(vec) @ f64(mat) if transposed else f64(mat) @ f64(vec)
+    r, a = tol(t)
+    return [Out(name, out, want, r, a * np.sqrt(k))]
+
+
+# ---------------------------------------------------------------- quantized mat-vec (quantized.cpp)
+
+QTYPES = {"float32": "float", "float16": "float16_t", "bfloat16": "bfloat16_t"}  # get_type_string
+
+
+@recipe(dict(id="fast-float32-gs64-b4-N64xK512", kind="qmv_fast", t="float32", gs=64, bits=4, n=64, k=512),
+        dict(id="fast-float16-gs32-b8-N24xK768", kind="qmv_fast", t="float16", gs=32, bits=8, n=24, k=768),
+        dict(id="float32-gs64-b4-N13xK320", kind="qmv", t="float32", gs=64, bits=4, n=13, k=320),
+        dict(id="bfloat16-gs32-b3-N40xK96", kind="qmv", t="bfloat16", gs=32, bits=3, n=40, k=96),
+        dict(id="float16-gs128-b6-N21xK384", kind="qmv", t="float16", gs=128, bits=6, n=21, k=384))
+def recipe_affine_qmv(mlx, rng, kind, t, gs, bits, n, k):
+    # x (1, k) times w transposed, w (n, k) quantized along k: qmv_fast when n % 8 == 0 and k is a
+    # multiple of the fast kernel's step (pack_factor * 2 * 32; pack_factor 32/bits, 8 for 3 and
+    # 5 bits, 4 for 6), qmv otherwise (k of 64 or 128 would take qmv_quad). One row of x, not
+    # batched: threadgroups (1, ceil(n / 8), 1) of (32, 2), the batch parameters left unset.
+    name = f"affine_{kind}_{QTYPES[t]}_gs_{gs}_b_{bits}_batch_0"
+    kern = mlx("quantized.metal", name)
+    dt = FLOATS[t]
+    wq, scales, biases, deq = quantize(rng.standard_normal((n, k)), gs, bits, dt)
+    x = randn(rng, (1, k), dt)
+    y = np.empty((1, n), dt)
+    kern(wq, scales, biases, x, y, np.int32(k), np.int32(n), np.int32(0), None, None, np.int32(0), None, None, None,
+         None, threadgroups=(1, -(-n // 8), 1), threadgroup=(32, 2, 1))
+    r, a = tol(t, f32=(1e-4, 1e-4))
+    return [Out(name, y, f64(x) @ deq.T, r, a * np.sqrt(k))]
+
+
+@recipe(dict(id="float32-gs64-b4-K100xN192", t="float32", gs=64, bits=4, k=100, n=192),
+        dict(id="float16-gs32-b8-K77xN96", t="float16", gs=32, bits=8, k=77, n=96),
+        dict(id="bfloat16-gs128-b2-K300xN256", t="bfloat16", gs=128, bits=2, k=300, n=256))
+def recipe_affine_qvm(mlx, rng, t, gs, bits, k, n):
+    # x (1, k) times w (k, n) quantized along n, k < 1024: qvm, threadgroups (1, ceil(n / bn), 1)
+    # of (32, 2) with bn = 2 * min(group_size, 32)
+    name = f"affine_qvm_{QTYPES[t]}_gs_{gs}_b_{bits}_batch_0"
+    kern = mlx("quantized.metal", name)
+    dt = FLOATS[t]
+    wq, scales, biases, deq = quantize(rng.standard_normal((k, n)), gs, bits, dt)
+    x = randn(rng, (1, k), dt)
+    y = np.empty((1, n), dt)
+    bn = 2 * min(gs, 32)
+    kern(wq, scales, biases, x, y, np.int32(k), np.int32(n), np.int32(0), None, None, np.int32(0), None, None, None,
+         None, threadgroups=(1, -(-n // bn), 1), threadgroup=(32, 2, 1))
+    r, a = tol(t, f32=(1e-4, 1e-4))
+    return [Out(name, y, f64(x) @ deq, r, a * np.sqrt(k))]
+
+
+# ---------------------------------------------------------------- sdpa vector (scaled_dot_product_attention.cpp)
+
+def attention(q, k, v, scale, causal):
+    """softmax(scale * q k^T) v per head, (B, Hq, L, D) queries on (B, Hkv, N, D) keys, Hq / Hkv
+    query heads sharing a key head; causal: query l sees keys up to N - L + l."""
+    B, Hq, L, _ = q.shape
+    g = Hq // k.shape[1]
+    k, v = np.repeat(f64(k), g, axis=1), np.repeat(f64(v), g, axis=1)
+    s = scale * f64(q) @ k.transpose(0, 1, 3, 2)
+    if causal:
+        n = k.shape[2]
+        s = np.where(np.arange(n)[None, :] <= n - L + np.arange(L)[:, None], s, -np.inf)
+    p = np.exp(s - s.max(axis=-1, keepdims=True))
+    return (p / p.sum(axis=-1, keepdims=True)) @ v
+
+
+SDPA_CONSTANTS = {"has_mask": False, "query_transposed": False, "bool_mask": False, "float_mask": False,
+                  "has_sinks": False}
+
+
+def sdpa_inputs(rng, t, B, Hq, Hkv, L, N, D):
+    dt = FLOATS[t]
+    return randn(rng, (B, Hq, L, D), dt), randn(rng, (B, Hkv, N, D), dt), randn(rng, (B, Hkv, N, D), dt)
+
+
+@recipe(dict(id="float32-64-B1Hq4Hkv2L1N100", t="float32", D=64, B=1, Hq=4, Hkv=2, L=1, N=100, causal=False),
+        dict(id="float16-128-B2Hq2Hkv2L3N37-causal", t="float16", D=128, B=2, Hq=2, Hkv=2, L=3, N=37, causal=True),
+        dict(id="bfloat16-96-B1Hq8Hkv1L1N250", t="bfloat16", D=96, B=1, Hq=8, Hkv=1, L=1, N=250, causal=False))
+def recipe_sdpa_vector(mlx, rng, t, D, B, Hq, Hkv, L, N, causal):
+    # One threadgroup of 1024 (32 SIMD-groups over the keys) per query: threadgroups (B * Hq, L);
+    # k/v head stride N * D (or the batch stride for one kv head), seq stride D
+    name = f"sdpa_vector_{QTYPES[t]}_{D}_{D}"
+    kern = mlx("scaled_dot_product_attention.metal", name, {**SDPA_CONSTANTS, "do_causal": causal})
+    q, k, v = sdpa_inputs(rng, t, B, Hq, Hkv, L, N, D)
+    out = np.empty_like(q)
+    scale = 1 / np.sqrt(D)
+    kern(q, k, v, out, np.int32(Hq // Hkv), np.int32(N), np.uint64(N * D), np.uint64(D), np.uint64(N * D),
+         np.uint64(D), np.float32(scale), threadgroups=(B * Hq, L, 1), threadgroup=(1024, 1, 1))
+    return [Out(name, out, attention(q, k, v, scale, causal), *tol(t, f32=(1e-4, 1e-5)))]
+
+
+@recipe(dict(id="float32-64-B1Hq4Hkv2L1N1000", t="float32", D=64, B=1, Hq=4, Hkv=2, L=1, N=1000, causal=False),
+        dict(id="float16-128-B1Hq3Hkv1L2N301-causal", t="float16", D=128, B=1, Hq=3, Hkv=1, L=2, N=301,
+             causal=True),
+        dict(id="bfloat16-64-B2Hq2Hkv2L1N77", t="bfloat16", D=64, B=2, Hq=2, Hkv=2, L=1, N=77, causal=False))
+def recipe_sdpa_vector_2pass(mlx, rng, t, D, B, Hq, Hkv, L, N, causal):
+    # Pass 1: threadgroups (Hkv, B, blocks) of (32, gqa_factor, L), each block a strided share of
+    # the keys, into partial outputs (B, Hq, L, blocks, D) with their sums and maxima; blocks as
+    # for a GPU that is neither an M-series 's' nor 'd' part: 64 when gqa_factor * L >= 4, else
+    # 32 (also the function constant `blocks`). Pass 2: threadgroups (B * Hq, L) of 1024.
+    gqa = Hq // Hkv
+    blocks = 64 if gqa * L >= 4 else 32
+    p1name, p2name = f"sdpa_vector_2pass_1_{QTYPES[t]}_{D}_{D}", f"sdpa_vector_2pass_2_{QTYPES[t]}_{D}"
+    pass1 = mlx("scaled_dot_product_attention.metal", p1name,
+                {**SDPA_CONSTANTS, "do_causal": causal, "blocks": blocks})
+    pass2 = mlx("scaled_dot_product_attention.metal", p2name)
+    q, k, v = sdpa_inputs(rng, t, B, Hq, Hkv, L, N, D)
+    partial = np.empty((B, Hq, L, blocks, D), q.dtype)
+    sums, maxs = np.empty((B, Hq, L, blocks), np.float32), np.empty((B, Hq, L, blocks), np.float32)
+    scale = 1 / np.sqrt(D)
+    head_stride = N * D
+    pass1(q, k, v, partial, sums, maxs, np.int32(N), np.uint64(head_stride), np.uint64(D), np.uint64(head_stride),
+          np.uint64(D), np.float32(scale), threadgroups=(Hkv, B, blocks), threadgroup=(32, gqa, L))
+    out = np.empty_like(q)
+    pass2(partial, sums, maxs, out, np.int32(blocks), threadgroups=(B * Hq, L, 1), threadgroup=(1024, 1, 1))
+    return [Out(f"{p1name} + {p2name}", out, attention(q, k, v, scale, causal), *tol(t, f32=(1e-4, 1e-5)))]
+
+
+# ---------------------------------------------------------------- binary, unary, copy, arange
+
+@recipe(dict(id="vv_Add-float32-1001", name="vv_Addfloat32", n=1001, t="float32", op=np.add),
+        dict(id="vvn_Multiply-float16-70001", name="vvn_Multiplyfloat16", n=70001, t="float16", op=np.multiply),
+        dict(id="vs_Subtract-int32-333", name="vs_Subtractint32", n=333, t="int32", op=np.subtract))
+def recipe_binary(mlx, rng, name, n, t, op):
+    # contiguous operands: vv (vector-vector) or vs (vector-scalar), one element a thread under
+    # 2**16 elements, else 8 bytes' worth ("n" kernels); threadgroup min(max, threads)
+    kern = mlx("binary.metal", name)
+    dt = np.dtype(t)
+    a = rng.integers(-1000, 1000, n).astype(dt) if dt.kind == "i" else randn(rng, n, dt)
+    b = np.array([7], dt) if name.startswith("vs") else randn(rng, n, dt)
+    out = np.empty(n, dt)
+    per_thread = 1 if n < 2**16 else 8 // dt.itemsize
+    threads = -(-n // per_thread)
+    kern(a, b, out, np.uint32(n), grid=(threads, 1, 1),
+         threadgroup=(min(kern.max_threads_per_threadgroup, threads), 1, 1))
+    want = op(a.astype(np.float64 if dt.kind == "f" else np.int64), b.astype(np.float64 if dt.kind == "f" else np.int64))
+    return [Out(name, out, want.astype(dt) if dt.kind == "i" else want, *(tol(dt) if dt.kind == "f" else (0, 0)))]
+
+
+@recipe(dict(id="float32-45x33", t="float32", shape=(45, 33)), dict(id="bfloat16-7x130", t="bfloat16", shape=(7, 130)))
+def recipe_binary_g2(mlx, rng, t, shape):
+    # a (rows, cols) array times a broadcast row: general 2-D kernel, each operand's strides in
+    # shape order (the row's first one 0), grid (cols, rows) in get_block_dims threadgroups
+    name = f"g2_Multiply{t}"
+    kern = mlx("binary.metal", name)
+    dt = FLOATS[t]
+    rows, cols = shape
+    a, b = randn(rng, shape, dt), randn(rng, cols, dt)
+    out = np.empty(shape, dt)
+    kern(a, b, out, np.int64([cols, 1]), np.int64([0, 1]), grid=(cols, rows, 1), threadgroup=block_dims(cols, rows, 1))
+    return [Out(name, out, f64(a) * f64(b), *tol(t))]
+
+
+@recipe(dict(id="v_Exp-float32-999", name="v_Expfloat32float32", t="float32", n=999, op=np.exp),
+        dict(id="v_Sigmoid-float16-4097", name="v_Sigmoidfloat16float16", t="float16", n=4097,
+             op=lambda x: 1 / (1 + np.exp(-x))),
+        dict(id="vn_Sin-float32-70000", name="vn_Sinfloat32float32", t="float32", n=70000, op=np.sin))
+def recipe_unary(mlx, rng, name, t, n, op):
+    # contiguous: v, one element a thread, or vn (8 bytes' worth) from 2**16 elements
+    kern = mlx("unary.metal", name)
+    dt = FLOATS[t]
+    x = randn(rng, n, dt, 2.0)
+    out = np.empty_like(x)
+    per_thread = 1 if n < 2**16 else 8 // np.dtype(dt).itemsize
+    threads = -(-n // per_thread)
+    kern(x, out, np.uint32(n), grid=(threads, 1, 1), threadgroup=(min(kern.max_threads_per_threadgroup, threads), 1, 1))
+    return [Out(name, out, op(f64(x)), *tol(t, f32=(2e-6, 1e-6)))]
+
+
+@recipe(dict(id="float32_float16-37x53", src="float32", dst="float16", shape=(37, 53)),
+        dict(id="int32_int32-5x999", src="int32", dst="int32", shape=(5, 999)))
+def recipe_copy_g2(mlx, rng, src, dst, shape):
+    # A transposed (strided) source into a contiguous destination: general 2-D copy, the source's
+    # strides in shape order, grid (cols, rows) in get_block_dims threadgroups
+    name = f"g2_copy{src}{dst}"
+    kern = mlx("copy.metal", name)
+    sdt, ddt = np.dtype(FLOATS.get(src, src)), np.dtype(FLOATS.get(dst, dst))
+    rows, cols = shape
+    base = rng.integers(-10**6, 10**6, (cols, rows)).astype(sdt) if sdt.kind == "i" else randn(rng, (cols, rows), sdt)
+    out = np.empty(shape, ddt)
+    kern(base, out, np.int64([1, rows]), grid=(cols, rows, 1), threadgroup=block_dims(cols, rows, 1))
+    return [Out(name, out, base.T.astype(ddt) if ddt.kind == "i" else f64(base.T.astype(ddt)))]
+
+
+@recipe(dict(id="float32-1000", t="float32", n=1000, start=-3.5, step=0.25),
+        dict(id="int32-77", t="int32", n=77, start=-20, step=3))
+def recipe_arange(mlx, rng, t, n, start, step):
+    # one element a thread, threadgroup min(max, n)
+    name = f"arange{t}"
+    kern = mlx("arange.metal", name)
+    dt = np.dtype(t)
+    out = np.empty(n, dt)
+    kern(dt.type(start), dt.type(step), out, grid=(n, 1, 1), threadgroup=(min(kern.max_threads_per_threadgroup, n), 1, 1))
+    return [Out(name, out, (dt.type(start) + np.arange(n, dtype=dt) * dt.type(step)).astype(dt))]
 
 
 # ---------------------------------------------------------------- tests
