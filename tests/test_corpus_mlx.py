@@ -718,30 +718,47 @@ def recipe_sdpa_vector(mlx, rng, t, D, B, Hq, Hkv, L, N, causal):
     return [Out(name, out, attention(q, k, v, scale, causal), *tol(t, f32=(1e-4, 1e-5)))]
 
 
-@recipe(dict(id="float32-64-B1Hq4Hkv2L1N1000", t="float32", D=64, B=1, Hq=4, Hkv=2, L=1, N=1000, causal=False),
-        dict(id="float16-128-B1Hq3Hkv1L2N301-causal", t="float16", D=128, B=1, Hq=3, Hkv=1, L=2, N=301,
-             causal=True),
-        dict(id="bfloat16-64-B2Hq2Hkv2L1N77", t="bfloat16", D=64, B=2, Hq=2, Hkv=2, L=1, N=77, causal=False))
-def recipe_sdpa_vector_2pass(mlx, rng, t, D, B, Hq, Hkv, L, N, causal):
-    # Pass 1: threadgroups (Hkv, B, blocks) of (32, gqa_factor, L), each block a strided share of
-    # the keys, into partial outputs (B, Hq, L, blocks, D) with their sums and maxima; blocks as
-    # for a GPU that is neither an M-series 's' nor 'd' part: 64 when gqa_factor * L >= 4, else
-    # 32 (also the function constant `blocks`). Pass 2: threadgroups (B * Hq, L) of 1024.
+SDPA_2PASS_CASES = (
+    dict(id="float32-64-B1Hq4Hkv2L1N1000", t="float32", D=64, B=1, Hq=4, Hkv=2, L=1, N=1000, causal=False),
+    dict(id="float16-128-B1Hq3Hkv1L2N301-causal", t="float16", D=128, B=1, Hq=3, Hkv=1, L=2, N=301, causal=True),
+    dict(id="bfloat16-64-B2Hq2Hkv2L1N77", t="bfloat16", D=64, B=2, Hq=2, Hkv=2, L=1, N=77, causal=False))
+
+
+def sdpa_pass_1(mlx, rng, t, D, B, Hq, Hkv, L, N, causal):
+    """Inputs and sdpa_vector_2pass_1's outputs: threadgroups (Hkv, B, blocks) of (32, gqa_factor, L),
+    each block a strided share of the keys, into unnormalized partial outputs (B, Hq, L, blocks, D)
+    with their sums and maxima. blocks as for a GPU that is neither an 's' nor a 'd' part: 64 when
+    gqa_factor * L >= 4, else 32 (also the function constant `blocks`)."""
     gqa = Hq // Hkv
     blocks = 64 if gqa * L >= 4 else 32
-    p1name, p2name = f"sdpa_vector_2pass_1_{QTYPES[t]}_{D}_{D}", f"sdpa_vector_2pass_2_{QTYPES[t]}_{D}"
-    pass1 = mlx("scaled_dot_product_attention.metal", p1name,
-                {**SDPA_CONSTANTS, "do_causal": causal, "blocks": blocks})
-    pass2 = mlx("scaled_dot_product_attention.metal", p2name)
+    name = f"sdpa_vector_2pass_1_{QTYPES[t]}_{D}_{D}"
+    kern = mlx("scaled_dot_product_attention.metal", name, {**SDPA_CONSTANTS, "do_causal": causal, "blocks": blocks})
     q, k, v = sdpa_inputs(rng, t, B, Hq, Hkv, L, N, D)
     partial = np.empty((B, Hq, L, blocks, D), q.dtype)
     sums, maxs = np.empty((B, Hq, L, blocks), np.float32), np.empty((B, Hq, L, blocks), np.float32)
     scale = 1 / np.sqrt(D)
-    head_stride = N * D
-    pass1(q, k, v, partial, sums, maxs, np.int32(N), np.uint64(head_stride), np.uint64(D), np.uint64(head_stride),
-          np.uint64(D), np.float32(scale), threadgroups=(Hkv, B, blocks), threadgroup=(32, gqa, L))
+    kern(q, k, v, partial, sums, maxs, np.int32(N), np.uint64(N * D), np.uint64(D), np.uint64(N * D), np.uint64(D),
+         np.float32(scale), threadgroups=(Hkv, B, blocks), threadgroup=(32, gqa, L))
+    return name, (q, k, v, scale), (partial, sums, maxs, blocks)
+
+
+@recipe(*SDPA_2PASS_CASES)
+def recipe_sdpa_vector_2pass_1(mlx, rng, t, D, B, Hq, Hkv, L, N, causal):
+    # the first pass alone: its partials, rescaled to a common maximum, add up to attention
+    name, (q, k, v, scale), (partial, sums, maxs, _) = sdpa_pass_1(mlx, rng, t, D, B, Hq, Hkv, L, N, causal)
+    w = np.exp(f64(maxs) - f64(maxs).max(axis=-1, keepdims=True))
+    combined = (w[..., None] * f64(partial)).sum(axis=-2) / (w * f64(sums)).sum(axis=-1)[..., None]
+    return [Out(name, combined, attention(q, k, v, scale, causal), *tol(t, f32=(1e-4, 1e-5)))]
+
+
+@recipe(*SDPA_2PASS_CASES)
+def recipe_sdpa_vector_2pass(mlx, rng, t, D, B, Hq, Hkv, L, N, causal):
+    # both passes; the second: threadgroups (B * Hq, L) of 1024, `blocks` as a buffer parameter
+    p1name, (q, k, v, scale), (partial, sums, maxs, blocks) = sdpa_pass_1(mlx, rng, t, D, B, Hq, Hkv, L, N, causal)
+    p2name = f"sdpa_vector_2pass_2_{QTYPES[t]}_{D}"
     out = np.empty_like(q)
-    pass2(partial, sums, maxs, out, np.int32(blocks), threadgroups=(B * Hq, L, 1), threadgroup=(1024, 1, 1))
+    mlx("scaled_dot_product_attention.metal", p2name)(partial, sums, maxs, out, np.int32(blocks),
+                                                      threadgroups=(B * Hq, L, 1), threadgroup=(1024, 1, 1))
     return [Out(f"{p1name} + {p2name}", out, attention(q, k, v, scale, causal), *tol(t, f32=(1e-4, 1e-5)))]
 
 
