@@ -1,5 +1,5 @@
 """Kernels with barriers and SIMD-group functions, side by side in one process: metalkit,
-PoCL (the CPU OpenCL implementation, through pyopencl) and numpy, on the same work.
+two CPU OpenCL runtimes through pyopencl (PoCL and Intel's) and numpy, on the same work.
 
     python bench/bench_simt.py                  # every workload
     python bench/bench_simt.py reduce matmul    # some of them; --reps, --calls: see --help
@@ -25,15 +25,15 @@ import numpy as np
 
 import metalkit as mk
 from metalkit._bench import ratio as bench_ratio
-from cpu_opencl import CpuOpenCL, open_device
+from cpu_opencl import RUNTIMES, CpuOpenCL, open_devices
 
 HERE = Path(__file__).resolve().parent
 N = 1 << 24          # elements of the reductions and of add_arrays
 GROUP = 256          # threads per threadgroup of the reductions
 MATMUL_N = 512
 SAMPLE_SECONDS = 0.05  # a sample repeats a call for this long, so short calls are timed too
-SIDES = ("metalkit", "PoCL", "numpy")
-OpenCL = Union[CpuOpenCL, str]  # the device, or why there is none
+SIDES = ("metalkit", *RUNTIMES, "numpy")
+OpenCL = dict[str, Union[CpuOpenCL, str]]  # runtime -> its device, or why there is none
 
 
 @dataclass
@@ -138,26 +138,40 @@ def rng_floats(*shape: int, seed: int = 0) -> np.ndarray:
 def group_sums(lib: mk.Library, ocl: OpenCL, opts: argparse.Namespace, row: Row, kernel: str,
                group: int) -> Row:
     """A kernel that writes the sum of every `group` consecutive values of 2^24 floats, in
-    threadgroups of GROUP; PoCL runs the kernel of the same name where workloads.cl has one."""
+    threadgroups of GROUP; OpenCL runs the kernel of the same name where workloads.cl has one."""
     x = rng_floats(N)
     want = x.astype(np.float64).reshape(-1, group).sum(axis=1)
     out = {s: np.empty(N // group, np.float32) for s in SIDES}
     k = lib[kernel]
     row.add_metalkit(k, lambda: k(x, out["metalkit"], grid=N, threadgroup=GROUP),
                      expect(out["metalkit"], want, 1e-4))
-    if isinstance(ocl, CpuOpenCL) and ocl.has_kernel(kernel):
-        row.add("PoCL", ocl.launcher(kernel, (N,), (GROUP,), [x, out["PoCL"]], [out["PoCL"]]),
-                expect(out["PoCL"], want, 1e-4))
-    elif isinstance(ocl, CpuOpenCL):  # OpenCL C sums a sub-group only with cl_khr_subgroups
-        row.cells["PoCL"] = "n/a"
-        if ocl.has_extension("cl_khr_subgroups"):
-            row.notes.append("PoCL: n/a: workloads.cl has no sub_group_reduce_add kernel")
-        else:
-            row.notes.append("PoCL: n/a: the device has no cl_khr_subgroups (sub_group_reduce_add)")
+    add_opencl(row, ocl, kernel, (N,), (GROUP,), lambda o: [x, o], out, want, 1e-4)
     row.add("numpy", lambda: x.reshape(-1, group).sum(axis=1, out=out["numpy"]),
             expect(out["numpy"], want, 1e-4))
     row.measure(opts.reps)
     return row
+
+
+def add_opencl(row: Row, ocl: OpenCL, kernel: str, global_size: tuple[int, ...],
+               local_size: Optional[tuple[int, ...]],
+               args: Callable[[np.ndarray], list[Union[np.ndarray, np.generic]]],
+               out: dict[str, np.ndarray], want: np.ndarray, rtol: float) -> None:
+    """A side per OpenCL runtime with a device: `kernel` on args(its output), checked as
+    expect(out[runtime], want, rtol) checks it. A device without the kernel shows n/a and why."""
+    for name, dev in ocl.items():
+        if not isinstance(dev, CpuOpenCL):
+            continue
+        if dev.has_kernel(kernel):
+            row.add(name, dev.launcher(kernel, global_size, local_size, args(out[name]),
+                                       [out[name]]), expect(out[name], want, rtol))
+            continue
+        row.cells[name] = "n/a"
+        if dev.has_subgroups:
+            row.notes.append(f"{name}: n/a: workloads.cl builds no {kernel} for the device "
+                             f"(see the conditions there)")
+        else:
+            row.notes.append(f"{name}: n/a: the device's OpenCL C has no sub-groups "
+                             f"(cl_khr_subgroups, __opencl_c_subgroups)")
 
 
 def tree_reduction(lib: mk.Library, ocl: OpenCL, opts: argparse.Namespace) -> Row:
@@ -184,10 +198,8 @@ def tiled_matmul(lib: mk.Library, ocl: OpenCL, opts: argparse.Namespace) -> Row:
     k = lib.matmul_tiled
     row.add_metalkit(k, lambda: k(a, b, c["metalkit"], n, grid=(n, n), threadgroup=(16, 16)),
                      expect(c["metalkit"], want, 1e-4))
-    if isinstance(ocl, CpuOpenCL):
-        row.add("PoCL", ocl.launcher("matmul_tiled", (n, n), (16, 16),
-                                     [a, b, c["PoCL"], np.uint32(n)], [c["PoCL"]]),
-                expect(c["PoCL"], want, 1e-4))
+    add_opencl(row, ocl, "matmul_tiled", (n, n), (16, 16), lambda o: [a, b, o, np.uint32(n)],
+               c, want, 1e-4)
     row.add("numpy", lambda: np.matmul(a, b, out=c["numpy"]), expect(c["numpy"], want, 1e-4))
     row.measure(opts.reps)
     return row
@@ -200,9 +212,7 @@ def add_arrays(lib: mk.Library, ocl: OpenCL, opts: argparse.Namespace) -> Row:
     out = {s: np.empty(N, np.float32) for s in SIDES}
     k = mk.load(HERE.parent / "kernels" / "add_arrays.metal").add_arrays  # the bundled kernel
     row.add_metalkit(k, lambda: k(a, b, out["metalkit"]), expect(out["metalkit"], want, 1e-7))
-    if isinstance(ocl, CpuOpenCL):
-        row.add("PoCL", ocl.launcher("add_arrays", (N,), None, [a, b, out["PoCL"]], [out["PoCL"]]),
-                expect(out["PoCL"], want, 1e-7))
+    add_opencl(row, ocl, "add_arrays", (N,), None, lambda o: [a, b, o], out, want, 1e-7)
     row.add("numpy", lambda: np.add(a, b, out=out["numpy"]), expect(out["numpy"], want, 1e-7))
     row.measure(opts.reps)
     return row
@@ -227,9 +237,7 @@ def barrier_call(lib: mk.Library, ocl: OpenCL, opts: argparse.Namespace) -> Row:
     def run() -> None:
         k(x, out["metalkit"], grid=64, threadgroup=64)
     row.add_metalkit(k, run, expect(out["metalkit"], want, 0))
-    if isinstance(ocl, CpuOpenCL):
-        row.add("PoCL", ocl.launcher("reverse64", (64,), (64,), [x, out["PoCL"]], [out["PoCL"]]),
-                expect(out["PoCL"], want, 0))
+    add_opencl(row, ocl, "reverse64", (64,), (64,), lambda o: [x, o], out, want, 0)
     row.add("numpy", lambda: np.copyto(out["numpy"], x[::-1]), expect(out["numpy"], want, 0))
     row.measure(opts.reps)
     if isinstance(row.cells["metalkit"], Timing):
@@ -275,7 +283,9 @@ def header(ocl: OpenCL, reps: int) -> None:
                             capture_output=True, text=True).stdout.strip()
     print(f"metalkit {mk.__version__}{f' at commit {commit}' if commit else ''}: "
           f"{mk.device().name} [{mk.device().backend}]")
-    print(f"PoCL: {ocl.name}" if isinstance(ocl, CpuOpenCL) else f"PoCL: column skipped: {ocl}")
+    for name, dev in ocl.items():
+        print(f"{name}: {dev.name}" if isinstance(dev, CpuOpenCL) else
+              f"{name}: column skipped: {dev}")
     print(f"numpy {np.__version__}; python {sys.version.split()[0]}")
     print(f"times: median of {reps} samples, the sides of a row sampled in turns, after a warm-up "
           f"call (which also compiles); a sample repeats the call for at least {SAMPLE_SECONDS} s; "
@@ -296,11 +306,13 @@ def table(rows: list[Row]) -> None:
         cells = "".join(f"{str(r.cells.get(s, '-')):>16}" for s in SIDES)
         print(f"{r.key:<4}{r.label:{width - 4}}{cells}")
     print()
-    print("ratios: metalkit's time divided by the other's")
+    print("ratios: metalkit's time divided by the other's; OpenCL is the faster runtime of the row")
     tree = next((r.cells.get("metalkit") for r in rows if r.key == "1"), None)
     for r in rows:
         mine = r.cells.get("metalkit")
-        parts = [ratio(mine, r.cells.get("PoCL"), "metalkit / PoCL"),
+        opencl = {s: r.cells[s] for s in RUNTIMES if isinstance(r.cells.get(s), Timing)}
+        best = min(opencl, key=lambda s: opencl[s].median, default=None)
+        parts = [ratio(mine, opencl.get(best), f"metalkit / {best}"),
                  ratio(mine, r.cells.get("numpy"), "metalkit / numpy")]
         if r.key.startswith("3"):  # the SIMD-group reductions against the barrier one
             parts.append(ratio(mine, tree, f"metalkit {r.key} / metalkit 1"))
@@ -327,7 +339,7 @@ def main() -> int:
         p.error(f"unknown workload {', '.join(sorted(unknown))}; "
                 f"choose from {', '.join(WORKLOADS)}")
 
-    ocl = open_device()
+    ocl = open_devices()
     header(ocl, opts.reps)
     lib = mk.load(HERE / "workloads.metal")
     rows = [fn(lib, ocl, opts) for name, fns in WORKLOADS.items()
