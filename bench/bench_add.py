@@ -21,7 +21,7 @@ def opencl(n: int) -> dict[str, dict]:
     a, b = rng.random(n, dtype=np.float32), rng.random(n, dtype=np.float32)
     res = {}
     for name, dev in open_devices().items():
-        if isinstance(dev, str):  # reported in the output: the comparison is then missing, not faked
+        if isinstance(dev, str):  # printed: the comparison is then missing, not faked
             res[name] = {"error": dev}
             continue
         out = np.empty_like(a)

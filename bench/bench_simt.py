@@ -306,7 +306,7 @@ def table(rows: list[Row]) -> None:
         cells = "".join(f"{str(r.cells.get(s, '-')):>16}" for s in SIDES)
         print(f"{r.key:<4}{r.label:{width - 4}}{cells}")
     print()
-    print("ratios: metalkit's time divided by the other's; OpenCL is the faster runtime of the row")
+    print("ratios: metalkit's time divided by the faster OpenCL runtime's and by numpy's")
     tree = next((r.cells.get("metalkit") for r in rows if r.key == "1"), None)
     for r in rows:
         mine = r.cells.get("metalkit")
