@@ -57,21 +57,32 @@ def test_threads_that_returned_count_as_arrived_at_a_barrier(device):
     assert x.tolist() == [1.0, 0.0] * 32
 
 
-def test_threads_of_a_simdgroup_at_different_barriers(device):
+def test_barriers_count_simdgroups_as_on_the_gpu(device):
+    # A SIMD-group arrives when any of its live threads reaches a barrier, at any site.
+    lib = build(SRC, filename="faults.metal")
+    x = np.zeros(8, np.float32)
+    lib.two_barriers(x, threadgroup=8)
+    assert x.tolist() == [2.0] * 8
+    y = np.zeros(48, np.float32)
+    lib.split_by_simdgroup(y, threadgroup=48)
+    assert y.tolist() == [3.0] * 48
+
+
+def test_checked_threads_of_a_simdgroup_at_different_barriers(device):
     lib = build(SRC, filename="faults.metal")
     with pytest.raises(mk.KernelFault) as e:
-        lib.two_barriers(np.zeros(8, np.float32), threadgroup=8)
+        lib.two_barriers(np.zeros(8, np.float32), threadgroup=8, check=True)
     msg = str(e.value)
     assert "kernel 'two_barriers'" in msg and "divergent barrier in threadgroup (0, 0, 0)" in msg
     assert "threads 3-7 of SIMD-group 0 did not reach this threadgroup_barrier" in msg
     assert msg.endswith("at faults.metal:14")
 
 
-def test_simdgroups_at_different_barriers(device):
+def test_checked_simdgroups_at_different_barriers(device):
     lib = build(SRC, filename="faults.metal")
     with pytest.raises(mk.KernelFault, match=r"threads wait at different threadgroup_barrier calls, "
                                              r"faults.metal:\d+ \(threads 0-31\) and faults.metal:\d+ \(threads 32-47\)"):
-        lib.split_by_simdgroup(np.zeros(48, np.float32), threadgroup=48)
+        lib.split_by_simdgroup(np.zeros(48, np.float32), threadgroup=48, check=True)
 
 
 def test_wild_write_is_a_fault_and_the_process_survives(device):
@@ -99,7 +110,7 @@ def test_faults_in_many_groups_report_one(device, rng):
     lib = build(SRC)
     x = np.zeros(4096, np.float32)
     with pytest.raises(mk.KernelFault, match="divergent barrier"):
-        lib.two_barriers(x, threadgroup=64)
+        lib.two_barriers(x, threadgroup=64, check=True)
     y = rng.random(100, dtype=np.float32)
     out = np.zeros(100, np.float32)
     mk.run("add_arrays", y, y, out)

@@ -7,7 +7,7 @@ SIMD-groups of a threadgroup are not synchronised with each other between
 threadgroup_barriers. Threads that returned no longer take part in a barrier.
 Kernels here rely on exactly that (no simdgroup_barrier would save them on a
 simulator that lets a lane run ahead). Each runs under the SIMT model and under
-the per-thread fiber fallback, and checks `Kernel.execution` says which.
+the per-thread fiber fallback (execution="fibers"), and checks `Kernel.execution` says which.
 """
 from __future__ import annotations
 
@@ -17,21 +17,18 @@ import pytest
 import metalkit as mk
 from conftest import build
 
-# Every kernel runs under both models: as written (SIMT), and made to run a fiber per thread by a
-# construct the SIMT transform leaves to that fallback (a SIMD-group function on the right of &&).
+# Every kernel runs under both lockstep models: SIMT, and a fiber per thread with lanes meeting
+# before each statement (the fallback for code the SIMT transform does not cover).
 MODELS = ["simt", "fibers"]
-FORCE_FIBERS = " if (never_taken > 1u && simd_any(true)) return;"
 
 
 def build_as(src: str, filename: str, model: str):
-    """src's kernels under one execution model (the lines stay where they are)."""
-    if model == "fibers":
-        src = "constant uint never_taken = 0;" + src.replace("]]) {", "]]) {" + FORCE_FIBERS)
-    return build(src, filename=filename)
+    """src's kernels under one execution model."""
+    return build(src, filename=filename, execution="auto" if model == "simt" else model)
 
 
 def check_model(kernel, model):
-    assert kernel.execution.split(":")[0] == model, kernel.execution
+    assert kernel.execution == model, (kernel.execution, kernel.execution_reason)
 
 # ---- lockstep reads and writes of threadgroup memory -------------------------------------------
 
@@ -898,7 +895,8 @@ kernel void fallback(device const float* in [[buffer(0)]], device float* out [[b
 @pytest.mark.parametrize("n,tg", [(32, 32), (128, 64), (100, 50), (7, 7)])
 def test_the_fiber_fallback_says_why_and_keeps_lockstep(device, rng, n, tg):
     lib = build(FALLBACK, filename="fallback.metal")
-    assert lib.fallback.execution == "fibers: a SIMD-group function on the right of '&&' (fallback.metal:13)"
+    assert lib.fallback.execution == mk.Execution.FIBERS
+    assert lib.fallback.execution_reason == "a SIMD-group function on the right of '&&' (fallback.metal:13)"
     x = rng.random(n, dtype=np.float32)
     out = np.zeros(n, np.float32)
     lib.fallback(x, out, threadgroup=tg)
@@ -931,7 +929,8 @@ def test_the_minimal_case_under_the_fallback(device):
         out[l] = x;
         if (l > 64 && simd_any(x > 0.0f)) out[l] = 0.0f;
     }""")
-    assert lib.minimal_fallback.execution.startswith("fibers: a SIMD-group function on the right of '&&'")
+    assert lib.minimal_fallback.execution == "fibers"
+    assert lib.minimal_fallback.execution_reason.startswith("a SIMD-group function on the right of '&&'")
     out = np.zeros(32, np.float32)
     lib.minimal_fallback(out, grid=32, threadgroup=32)
     assert out.tolist() == [1.0] * 32
@@ -1017,14 +1016,26 @@ def fault_lib(model):
     return build_as(FAULTS, "faults.metal", model)
 
 
+# As on Apple GPUs, a barrier counts SIMD-groups: one arrives when any of its live lanes reaches a
+# barrier, at any site. So these kernels run by default; check=True reports the divergence.
+@pytest.mark.parametrize("model", MODELS + ["threads"])
+@pytest.mark.parametrize("name,n", [("sites_by_simdgroup", 48), ("divergent_sites", 64),
+                                    ("divergent_in_simdgroup", 64)])
+def test_barriers_reached_by_part_of_a_simdgroup_or_at_other_sites_complete(device, model, name, n):
+    lib = fault_lib(model)
+    x = np.zeros(n, np.float32)
+    lib[name](x, threadgroup=n)
+    assert x.tolist() == [2.0 if name == "divergent_in_simdgroup" else 1.0] * n
+
+
 @pytest.mark.parametrize("device", ["cpu"], indirect=True)  # faults a GPU cannot name
-@pytest.mark.parametrize("model", MODELS)
-def test_simdgroups_waiting_at_different_barriers_fault(device, model):
+@pytest.mark.parametrize("model", MODELS + ["threads"])
+def test_checked_simdgroups_waiting_at_different_barriers_fault(device, model):
     lib = fault_lib(model)
     check_model(lib.sites_by_simdgroup, model)
     x = np.zeros(48, np.float32)
     with pytest.raises(mk.KernelFault) as e:
-        lib.sites_by_simdgroup(x, threadgroup=48)
+        lib.sites_by_simdgroup(x, threadgroup=48, check=True)
     assert str(e.value) == ("kernel 'sites_by_simdgroup' (faults.metal:4): divergent barrier in threadgroup (0, 0, 0): "
                             "threads wait at different threadgroup_barrier calls, faults.metal:6 (threads 0-31) and "
                             "faults.metal:8 (threads 32-47); every thread of a threadgroup must reach the same barrier")
@@ -1033,12 +1044,12 @@ def test_simdgroups_waiting_at_different_barriers_fault(device, model):
 
 @pytest.mark.parametrize("device", ["cpu"], indirect=True)
 @pytest.mark.parametrize("model", MODELS)
-def test_threads_waiting_at_different_barriers_fault(device, model):
+def test_checked_threads_waiting_at_different_barriers_fault(device, model):
     lib = fault_lib(model)
     check_model(lib.divergent_sites, model)
     x = np.zeros(64, np.float32)
     with pytest.raises(mk.KernelFault) as e:
-        lib.divergent_sites(x, threadgroup=64)
+        lib.divergent_sites(x, threadgroup=64, check=True)
     # Both models name the same threads and line: threads 40-63 took the other branch while the
     # rest of their SIMD-group waits at the first barrier.
     assert str(e.value) == ("kernel 'divergent_sites' (faults.metal:13): divergent barrier in threadgroup (0, 0, 0): "
@@ -1050,13 +1061,13 @@ def test_threads_waiting_at_different_barriers_fault(device, model):
 
 @pytest.mark.parametrize("device", ["cpu"], indirect=True)
 @pytest.mark.parametrize("model", MODELS)
-def test_a_barrier_in_divergent_control_flow_faults(device, model):
+def test_checked_barrier_in_divergent_control_flow_faults(device, model):
     lib = fault_lib(model)
     check_model(lib.divergent_in_simdgroup, model)
     with pytest.raises(mk.KernelFault, match=r"kernel 'divergent_in_simdgroup' .*divergent barrier in threadgroup "
                                              r"\(0, 0, 0\): threads 1, 3, 5, 7, 9, 11, ... of SIMD-group 0 did not "
                                              r"reach this threadgroup_barrier .* at faults.metal:24$"):
-        lib.divergent_in_simdgroup(np.zeros(64, np.float32), threadgroup=64)
+        lib.divergent_in_simdgroup(np.zeros(64, np.float32), threadgroup=64, check=True)
 
 
 @pytest.mark.parametrize("device", ["cpu"], indirect=True)

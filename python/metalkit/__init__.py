@@ -22,6 +22,7 @@ from ._device import DeviceInfo, device, use
 from .arrays import asarray, empty, zeros
 from .bundled import kernels, run
 from .custom_kernel import CustomKernel, metal_kernel
+from .execution import Execution
 from .errors import (ArgumentError, CacheError, CompileError, DeviceError, DispatchError, KernelFault, KernelNotFound,
                      MetalkitError, MetalkitWarning)
 from .library import Library, compile, load
@@ -33,7 +34,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "ArgSpec", "ArgumentError", "Batch", "CacheError", "CompileError", "CustomKernel", "DeviceError", "DeviceInfo",
-    "DispatchError", "Kernel", "KernelFault", "KernelNotFound", "Library", "MetalkitError", "MetalkitWarning", "asarray",
+    "DispatchError", "Execution", "Kernel", "KernelFault", "KernelNotFound", "Library", "MetalkitError", "MetalkitWarning", "asarray",
     "batch", "compile", "device", "empty", "kernels", "load", "metal_kernel", "run", "use", "zeros",
 ]
 

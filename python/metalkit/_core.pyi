@@ -4,6 +4,7 @@ from types import ModuleType, TracebackType
 from typing import Any, Mapping, Optional, Sequence, Union
 
 from ._argspec import ArgSpec
+from .execution import Execution
 
 _Dims = Union[int, Sequence[int]]
 _Constants = Mapping[Union[str, int], Union[bool, int, float]]
@@ -38,11 +39,13 @@ class Kernel:
     @property
     def uses_barriers(self) -> bool: ...
     @property
-    def execution(self) -> str:
-        """How the kernel runs: "gpu" on Metal; on the CPU simulator "loop" (no barrier or
-        SIMD-group function: a plain loop over threads), "simt" (each SIMD-group's 32 lanes in
-        lockstep), or "fibers: <why>" (a fiber per thread, for code the SIMT transform does not
-        cover)."""
+    def execution(self) -> Execution:
+        """How the kernel runs: GPU on Metal; on the CPU simulator LOOP (no barrier or SIMD-group
+        function), SIMT (each SIMD-group's 32 lanes in lockstep), FIBERS (a fiber per thread,
+        lanes in lockstep) or THREADS (the reference: a fiber per thread, code as written)."""
+    @property
+    def execution_reason(self) -> str:
+        """Why FIBERS or THREADS (the construct and file:line, or execution= asking); else ""."""
     @property
     def last_gpu_time(self) -> float:
         """Seconds of GPU time the kernel's last call took. On the CPU simulator this is

@@ -14,8 +14,8 @@ if TYPE_CHECKING:
     from ._core import Kernel
 
 Constants = Mapping[Union[str, int], Union[bool, int, float]]
-# msl.build's arguments before kernels=: source, filename, include_dirs, constants, fast_math, defines
-_Options = Tuple[str, str, Tuple[str, ...], dict, bool, dict]
+# msl.build's arguments before kernels=: source, filename, include_dirs, constants, fast_math, defines, execution
+_Options = Tuple[str, str, Tuple[str, ...], dict, bool, dict, str]
 
 # The in-memory library cache: the LIBRARY_CACHE most recently compiled or loaded
 # libraries. One dropped from it is freed (its modules unloaded) once nothing else
@@ -199,7 +199,8 @@ class _LazyCore:
 
 def compile(source: str, *, filename: str = "<source>", include_dirs: Iterable[str] = (),
             constants: Constants | None = None, fast_math: bool = False,
-            defines: Mapping[str, Any] | None = None, kernels: Iterable[str] | None = None) -> Library:
+            defines: Mapping[str, Any] | None = None, kernels: Iterable[str] | None = None,
+            execution: str | None = None) -> Library:
     """Compile MSL source into a Library for the current device.
 
     ``include_dirs`` are searched for ``#include "..."``; ``constants`` binds
@@ -208,8 +209,14 @@ def compile(source: str, *, filename: str = "<source>", include_dirs: Iterable[s
     (``{"USE_BF16": 1}``, as ``MTLCompileOptions.preprocessorMacros`` does);
     ``kernels`` names the only kernels to build on the CPU backend (a large
     file then builds in a fraction of the time; Metal compiles the whole
-    source). Compiled code is cached in memory and on disk, keyed by the
-    source and options. On the CPU backend a file of more than 8 kernels is
+    source). ``execution`` picks how the CPU simulator runs kernels with
+    barriers or SIMD-group functions: "auto" (the default, or
+    ``METALKIT_EXECUTION``: SIMT, each SIMD-group's lanes in lockstep),
+    "threads" (the reference model: every thread its own fiber, running the
+    code as written; slow, for checking results and debugging) or "fibers"
+    (a fiber per thread, lanes in lockstep); Metal runs the GPU whatever it
+    says. Compiled code is cached in memory and on disk, keyed by the source
+    and options. On the CPU backend a file of more than 8 kernels is
     compiled a kernel at a time, on first use (``lib.build()`` compiles all
     of it now); errors the pre-pass sees are raised here, a kernel's own on
     its first use.
@@ -231,20 +238,23 @@ def compile(source: str, *, filename: str = "<source>", include_dirs: Iterable[s
             "use metalkit.load(path) for a file"
         raise ArgumentError(f"metalkit.compile takes MSL source text (str), got {type(source).__name__}; {hint}")
     _check_constants(constants or {})
+    from .execution import choose
+    execution = choose(execution)
     backend = _device.current()
     include_dirs = tuple(str(d) for d in include_dirs)
     consts = dict(constants or {})
     defines = dict(defines or {})
     only = None if kernels is None else tuple(sorted(set(kernels)))
     key = (backend, source, filename, include_dirs, tuple(sorted((repr(k), repr(v)) for k, v in consts.items())),
-           fast_math, tuple(sorted((k, repr(v)) for k, v in defines.items())), only)
+           fast_math, tuple(sorted((k, repr(v)) for k, v in defines.items())), only,
+           execution if backend == "cpu" else "")
 
     def rebuild(c: dict, names: Iterable[str] | None = only) -> Library:
         return compile(source, filename=filename, include_dirs=include_dirs, constants=c, fast_math=fast_math,
-                       defines=defines, kernels=names)
+                       defines=defines, kernels=names, execution=execution)
     if backend == "cpu":
         from . import msl
-        options = (source, filename, include_dirs, consts, fast_math, defines)
+        options = (source, filename, include_dirs, consts, fast_math, defines, execution)
         if only is None:
             path, names, tag = msl.plan(*options)
         else:
@@ -303,8 +313,9 @@ def _load_fresh(path: str, filename: str) -> Any:
 
 def load(path: Union[str, os.PathLike], *, include_dirs: Iterable[str] = (), constants: Constants | None = None,
          fast_math: bool = False, defines: Mapping[str, Any] | None = None,
-         kernels: Iterable[str] | None = None) -> Library:
-    """Compile a ``.metal`` file; its own folder is searched first for ``#include "..."``.
+         kernels: Iterable[str] | None = None, execution: str | None = None) -> Library:
+    """Compile a ``.metal`` file; its own folder is searched first for ``#include "..."``. The
+    options are ``compile``'s.
 
     A precompiled ``.metallib`` loads on the Metal backend only; its kernels
     take an array for every ``[[buffer(n)]]`` (a scalar as a 1-element array).
@@ -322,7 +333,7 @@ def load(path: Union[str, os.PathLike], *, include_dirs: Iterable[str] = (), con
     except OSError as e:
         raise CompileError(f"cannot read {p}: {e.strerror}", filename=str(p)) from None
     return compile(source, filename=str(p), include_dirs=(str(p.resolve().parent), *include_dirs),
-                   constants=constants, fast_math=fast_math, defines=defines, kernels=kernels)
+                   constants=constants, fast_math=fast_math, defines=defines, kernels=kernels, execution=execution)
 
 
 def _load_metallib(p: Path, constants: dict) -> Library:

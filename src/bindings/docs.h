@@ -245,9 +245,14 @@ inline constexpr const char* kUsesBarriers =
     "CPU simulator: whether the kernel reaches a ``threadgroup_barrier`` or a SIMD-group function (bool); "
     "such kernels run SIMT or as fibers (see ``execution``). Always False on Metal, which does not say.";
 inline constexpr const char* kExecution =
-    "How the kernel runs (str): \"gpu\" on Metal; on the CPU simulator \"loop\" (no barrier or SIMD-group "
-    "function: a plain loop over threads), \"simt\" (each SIMD-group's 32 lanes in lockstep), or "
-    "\"fibers: <why>\" (a fiber per thread, for code the SIMT transform does not cover).";
+    "How the kernel runs (metalkit.Execution, a str): GPU on Metal; on the CPU simulator LOOP (no barrier or "
+    "SIMD-group function: a plain loop over threads), SIMT (each SIMD-group's 32 lanes in lockstep), FIBERS (a "
+    "fiber per thread with its SIMD-group's lanes in lockstep: code the SIMT transform does not cover, or "
+    "execution=\"fibers\") or THREADS (the reference model, execution=\"threads\": a fiber per thread running "
+    "the code as written). ``execution_reason`` says why, for FIBERS and THREADS.";
+inline constexpr const char* kExecutionReason =
+    "Why the kernel runs as ``execution`` says (str): for FIBERS, the construct the SIMT transform does not cover "
+    "and where (file:line), or that execution= asked for it; for THREADS, that execution= asked for it; else \"\".";
 inline constexpr const char* kLastGpuTime =
     "Seconds of GPU time the kernel's last call took (float; the CPU simulator: the wall time of the call). "
     "A call queued in metalkit.batch() on the GPU reports the time of the batch's whole command buffer. "

@@ -41,6 +41,12 @@ std::string locate_in_source(const std::string& module, uint64_t offset) {
   }
 }
 
+// Kernel.execution (i = 0) and execution_reason (1): the module's description, read by metalkit.execution.
+py::object execution_part(const PyKernel& k, size_t i) {
+  py::object parsed = MK_PY_ATTR("metalkit.execution", "parse")(k.spec().execution);
+  return py::reinterpret_borrow<py::object>(PyTuple_GetItem(parsed.ptr(), Py_ssize_t(i)));
+}
+
 }  // namespace
 
 const Allocation* mk::find_allocation(py::handle array) {
@@ -106,7 +112,9 @@ PYBIND11_MODULE(_core, m) {
       .def_property_readonly("simd_width", [](const PyKernel&) { return kSimdWidth; }, docs::kSimdWidth)
       .def_property_readonly("uses_barriers", [](const PyKernel& k) { return k.spec().needs_fibers; },
                              docs::kUsesBarriers)
-      .def_property_readonly("execution", [](const PyKernel& k) { return k.spec().execution; }, docs::kExecution)
+      .def_property_readonly("execution", [](const PyKernel& k) { return execution_part(k, 0); }, docs::kExecution)
+      .def_property_readonly("execution_reason", [](const PyKernel& k) { return execution_part(k, 1); },
+                             docs::kExecutionReason)
       .def_property_readonly("last_gpu_time", &PyKernel::last_gpu_time, docs::kLastGpuTime)
       .def_property_readonly("signature", &PyKernel::signature, docs::kSignature)
       .def_property_readonly("location", [](const PyKernel& k) { return py::make_tuple(k.spec().file, k.spec().line); },

@@ -187,6 +187,7 @@ Fault run_trapped(const mk_kernel_info& k, const mk_dispatch& d, uint64_t first,
   char* arena = checked ? checked_threadgroup_arena(checked->sizes, checked->offsets) : tg_arena();
   prepare_fault_handling();
   set_shuffle_seed(seed);
+  set_strict_barriers(l.checked);
   FaultTrap trap;
   trap.message.reserve(256);
   trap.stop = stop.flag;

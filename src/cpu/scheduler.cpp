@@ -22,6 +22,12 @@ struct Fiber {
   bool at(const Fiber& o) const { return line == o.line && column == o.column && file == o.file; }
 };
 
+// Whether a waits earlier in the source than b (their file's lines and columns; "min-PC").
+bool before(const Fiber& a, const Fiber& b) {
+  if (!a.file || !b.file || std::strcmp(a.file, b.file) != 0) return false;
+  return a.line < b.line || (a.line == b.line && a.column < b.column);
+}
+
 // A thread's side of a SIMD rendezvous.
 struct SimdSlot {
   unsigned size = 0;              // bytes contributed
@@ -49,6 +55,7 @@ struct Group {
   unsigned threads = 0;           // threads in the group
   bool running = false;           // fibers are running
   bool direct = false;            // SIMD-groups of a SIMT kernel run one after another, without fibers
+  bool strict = false;            // check=: a barrier not reached by whole SIMD-groups at one site is a fault
   uint32_t shuffle_seed = 0;
   std::string fault;              // set by a fiber that asks the scheduler to raise a fault
 };
@@ -61,17 +68,19 @@ struct Group {
 }
 
 void shuffle_order(Group& g, uint64_t round);
+void resolve_strict_barrier(Group& g);
 
 // The usual end of a round of SIMD-group fibers (SIMT kernels): every live SIMD-group waits at
-// one barrier. Releases them and begins the next round, whose first fiber it returns; -1 for
-// anything else (a fault, a divergence, a stop, the end), which the scheduler's loop sorts out.
+// a barrier (one site, under check=). Releases them and begins the next round, whose first fiber
+// it returns; -1 for anything else (a fault, a divergence, a stop, the end), which the scheduler's
+// loop sorts out.
 int next_round(Group& g) {
   if (g.lanes == 1 || !g.fault.empty() || stop_requested()) return -1;  // a stop: the scheduler's loop raises it
   const Fiber* lead = nullptr;
   for (unsigned i = 0; i < g.n; ++i) {
     const Fiber& f = g.fibers[i];
     if (f.state == State::Done) continue;
-    if (f.state != State::AtBarrier || (lead && !f.at(*lead))) return -1;
+    if (f.state != State::AtBarrier || (g.strict && lead && !f.at(*lead))) return -1;
     if (!lead) lead = &f;
   }
   if (!lead) return -1;
@@ -197,18 +206,21 @@ bool resolve_simd(Group& g, unsigned sg) {
   }
   if (site < 0) return false;
   const Fiber& lead = g.fibers[site];
-  // Lanes that meet past a threadgroup_barrier where the rest of their SIMD-group waits skipped it.
+  // Lanes of this SIMD-group waiting at a threadgroup_barrier before this site took a branch
+  // the others skipped. As on the GPU, the others wait for them to come through it (they
+  // reconverge) and the SIMD-group counts as arrived at the barrier; under check= it is a
+  // divergent barrier.
   unsigned waiting = 0;
   const Fiber* barrier = nullptr;
   for (unsigned i = first; i < last; ++i) {
     const Fiber& f = g.fibers[i];
-    if (f.state == State::AtBarrier && f.file && lead.file && std::strcmp(f.file, lead.file) == 0 &&
-        (f.line < lead.line || (f.line == lead.line && f.column < lead.column))) {
+    if (f.state == State::AtBarrier && before(f, lead)) {
       waiting |= 1u << (i - first);
       barrier = &f;
     }
   }
   if (barrier) {
+    if (!g.strict) return false;
     unsigned live = 0;
     for (unsigned i = first; i < last; ++i)
       if (g.fibers[i].state != State::Done) live |= 1u << (i - first);
@@ -234,9 +246,39 @@ bool resolve_simd(Group& g, unsigned sg) {
   return true;
 }
 
-// All live threads wait at barriers: release them, or report a divergence. Threads that
-// returned count as arrived, as on Apple GPUs (they take no further part).
+// No thread can go on but at a barrier. As on Apple GPUs, a barrier counts SIMD-groups: it
+// completes once every SIMD-group with a live thread has one waiting at a barrier, at any site
+// (threads that returned take no further part). Each SIMD-group's threads at its earliest
+// waiting site go on; its threads at later sites skipped a branch and wait for the rest. Under
+// check=, every live thread must wait at one site.
 void resolve_barrier(Group& g) {
+  if (g.strict) return resolve_strict_barrier(g);
+  const unsigned per = g.lanes == 1 ? 32 : 1;  // fibers per SIMD-group
+  for (unsigned first = 0; first < g.n; first += per) {
+    const unsigned last = std::min(g.n, first + per);
+    const Fiber* lead = nullptr;
+    bool live = false;
+    for (unsigned i = first; i < last; ++i) {
+      const Fiber& f = g.fibers[i];
+      live = live || f.state != State::Done;
+      if (f.state == State::AtBarrier && (!lead || before(f, *lead))) lead = &f;
+    }
+    if (live && !lead) return;  // a SIMD-group that has not arrived: nothing to release
+  }
+  for (unsigned first = 0; first < g.n; first += per) {
+    const unsigned last = std::min(g.n, first + per);
+    const Fiber* lead = nullptr;
+    for (unsigned i = first; i < last; ++i)
+      if (g.fibers[i].state == State::AtBarrier && (!lead || before(g.fibers[i], *lead))) lead = &g.fibers[i];
+    if (!lead) continue;
+    const Fiber site = *lead;
+    for (unsigned i = first; i < last; ++i)
+      if (g.fibers[i].state == State::AtBarrier && g.fibers[i].at(site)) g.fibers[i].state = State::Ready;
+  }
+}
+
+// check=: all live threads wait at barriers, at one site; release them, or report a divergence.
+void resolve_strict_barrier(Group& g) {
   const Fiber* lead = nullptr;
   bool same = true;
   for (unsigned i = 0; i < g.n; ++i) {
@@ -411,7 +453,10 @@ void rt_fault(const char* message, const char* file, int line) {
   raise_fault(msg);
 }
 
+// A SIMT SIMD-group at a barrier with some live lanes masked off: it arrives, as on the GPU;
+// under check= that is a divergent barrier.
 void rt_simt_diverged(unsigned sg, unsigned missing, const char* file, int line) {
+  if (!group().strict) return;
   rt_fault(diverged(sg, missing, nullptr, 0).c_str(), file, line);
 }
 
@@ -424,6 +469,8 @@ const mk_runtime runtime = {MK_ABI_VERSION,    run_group,      rt_barrier,      
 const mk_runtime* cpu_runtime() { return &runtime; }
 
 void set_shuffle_seed(uint32_t seed) { group().shuffle_seed = seed; }
+
+void set_strict_barriers(bool strict) { group().strict = strict; }
 
 std::string abandon_group(uintptr_t addr, bool* stack_overflow) {
   Group& g = group();

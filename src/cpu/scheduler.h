@@ -16,6 +16,11 @@ const mk_runtime* cpu_runtime();
 // to expose missing barriers. Set per dispatch by the thread that runs it.
 void set_shuffle_seed(uint32_t seed);
 
+// Barriers count SIMD-groups, as on Apple GPUs: one arrives when any of its live threads
+// reaches a barrier, at any site. Strict (check=): every live thread of the threadgroup must
+// reach the same barrier, else the dispatch faults naming the sites. Set per dispatch.
+void set_strict_barriers(bool strict);
+
 // After a fault's jump: the group that faulted, described for the message
 // ("threadgroup (1, 0, 0), thread 37 (5, 1, 0)", "" if no fibers ran), and
 // the scheduler made ready for the next group. addr: the faulting address, to

@@ -79,16 +79,18 @@ class Options:
     constants: tuple  # items of the constants dict
     fast_math: bool
     prologue: str  # defines= as #define lines
+    execution: str  # "auto", "fibers" or "threads" (execution.py)
 
     @staticmethod
     def of(source: str, filename: str = "<source>", include_dirs=(), constants=None, fast_math: bool = False,
-           defines=None) -> "Options":
+           defines=None, execution: str = "auto") -> "Options":
         return Options(source, filename, tuple(os.path.abspath(d) for d in include_dirs),
-                       tuple(dict(constants or {}).items()), fast_math, define_lines(defines))
+                       tuple(dict(constants or {}).items()), fast_math, define_lines(defines), execution)
 
     def key(self, tc: toolchain.Toolchain, kernels) -> str:
         return cache.key(self.prologue + self.source, self.filename, list(self.include_dirs), dict(self.constants),
-                         self.fast_math, tc.identity, None if kernels is None else sorted(set(kernels)))
+                         self.fast_math, tc.identity, None if kernels is None else sorted(set(kernels)),
+                         self.execution)
 
 
 def _stat(path: str) -> tuple[int, int] | None:
@@ -125,15 +127,18 @@ class _KeyLock:
 
 
 def build(source: str, filename: str = "<source>", include_dirs=(), constants=None, fast_math: bool = False,
-          defines=None, kernels=None, rebuild: bool = False) -> str:
+          defines=None, execution: str = "auto", kernels=None, rebuild: bool = False) -> str:
     """Path of the compiled module for this source and these options.
 
-    ``defines``: macros defined before the source; ``kernels``: host names of
-    the only kernels to build (None: all), which makes a large library quick;
-    ``rebuild``: compile again even if a cached module exists (it would not load).
+    ``defines``: macros defined before the source; ``execution``: the execution
+    model of kernels with barriers or SIMD-group functions; ``kernels``: host
+    names of the only kernels to build (None: all), which makes a large library
+    quick; ``rebuild``: compile again even if a cached module exists (it would
+    not load).
     """
-    return _build(toolchain.find(), Options.of(source, filename, include_dirs, constants, fast_math, defines),
-                  kernels, rebuild)
+    return _build(toolchain.find(),
+                  Options.of(source, filename, include_dirs, constants, fast_math, defines, execution), kernels,
+                  rebuild)
 
 
 def _build(tc, opts: Options, kernels, rebuild: bool = False) -> str:
@@ -151,12 +156,12 @@ def _build(tc, opts: Options, kernels, rebuild: bool = False) -> str:
 
 
 def plan(source: str, filename: str = "<source>", include_dirs=(), constants=None, fast_math: bool = False,
-         defines=None) -> tuple[str | None, list[str], str]:
+         defines=None, execution: str = "auto") -> tuple[str | None, list[str], str]:
     """How to load this source: ``(module, [], "")`` for a whole-file module (a small file, or one
     compiled whole before), or ``(None, kernel names, tag)`` for a file compiled on first use.
     ``tag`` changes with the user's included files. Errors the front end finds are raised here."""
     tc = toolchain.find()
-    opts = Options.of(source, filename, include_dirs, constants, fast_math, defines)
+    opts = Options.of(source, filename, include_dirs, constants, fast_math, defines, execution)
     k = opts.key(tc, None)
     hit = _memory.get(k)
     if hit and _fresh(hit[1]):
@@ -180,14 +185,15 @@ def plan(source: str, filename: str = "<source>", include_dirs=(), constants=Non
 
 
 def build_all(source: str, filename: str = "<source>", include_dirs=(), constants=None, fast_math: bool = False,
-              defines=None, jobs: int | None = None, progress: Callable[[int], None] | None = None) -> int:
+              defines=None, execution: str = "auto", jobs: int | None = None,
+              progress: Callable[[int], None] | None = None) -> int:
     """Compiles every kernel of a file not cached yet, in groups, ``jobs`` compilers at a time
     (default: one per core); ``progress(n)`` is called as each ``n`` kernels are done. Returns
     the number of kernels compiled. Kernels that fail (a failing group is split until they are
     found) are reported together, after the rest are built."""
     tc = toolchain.find()
-    opts = Options.of(source, filename, include_dirs, constants, fast_math, defines)
-    module, names, _ = plan(source, filename, include_dirs, constants, fast_math, defines)
+    opts = Options.of(source, filename, include_dirs, constants, fast_math, defines, execution)
+    module, names, _ = plan(source, filename, include_dirs, constants, fast_math, defines, execution)
     if module is not None:
         return 0
     todo = [n for n in names if cache.lookup(opts.key(tc, [n])) is None]
@@ -288,7 +294,7 @@ def _front(tc, opts: Options, lib_key: str, tmp, kernels):
         return whole, src_name
     user = lambda f: f not in _NOT_USER and not f.startswith(toolchain.INCLUDE_DIR) and f != src_name
     try:
-        result = prepass(text, user, dict(opts.constants), only=kernels,
+        result = prepass(text, user, dict(opts.constants), only=kernels, execution=opts.execution,
                          head=pch.head(text, src_name) if pch.ENABLED else 0)
     except MslError as e:
         raise CompileError(e.msg, filename=e.file, lineno=e.line or None, offset=e.col or None,

@@ -160,9 +160,9 @@ def _cpu_fingerprint() -> str:
 
 
 def key(source: str, filename: str, include_dirs: list[str], constants: dict, fast_math: bool,
-        compiler: str, kernels: list[str] | None = None) -> str:
+        compiler: str, kernels: list[str] | None = None, execution: str = "auto") -> str:
     parts = [FORMAT, source, filename, include_dirs, sorted((repr(k), repr(v)) for k, v in constants.items()),
-             fast_math, compiler, _metalkit_version(), _cpu_fingerprint(), kernels]
+             fast_math, compiler, _metalkit_version(), _cpu_fingerprint(), kernels, execution]
     return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:32]
 
 

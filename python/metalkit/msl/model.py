@@ -38,7 +38,7 @@ class Kernel:
     function: str = ""           # the C++ function (template) name
     uses_barrier: bool = False   # it reaches threadgroup_barrier
     targs: tuple = (0, -1)       # token range of a host_name instantiation's template arguments
-    execution: str = "loop"      # "loop", "simt", or "fibers: " and why (set by the SIMT pass)
+    execution: str = "loop"      # "loop", "simt", or "fibers: "/"threads: " and why (metalkit.execution.parse)
     unset_constant: str = ""     # a function constant it uses that was given no value
 
 

@@ -32,15 +32,16 @@ __all__ = ["prepass", "MslError", "Kernel", "Param", "Result"]
 
 
 def prepass(text: str, is_user, constants: dict | None = None, only=None, duplicates: str = "error",
-            fibers: str = "", head: int = 0) -> Result:
+            execution: str = "auto", head: int = 0) -> Result:
     """Pre-passed text and its kernels.
 
     ``is_user(file)``: whether a file's lines are the user's (others pass through).
     ``constants``: function constant values by name or index.
     ``only``: host names of the kernels to build (None: all).
     ``duplicates="drop"``: kernels sharing a host name are left out instead of being an error.
-    ``fibers``: if set, no SIMT transform: kernels with barriers or SIMD-group functions run a fiber
-    per thread, and this says why.
+    ``execution``: "auto" (SIMT where the transform applies, else "fibers"), or one model for every
+    kernel with barriers or SIMD-group functions: "fibers" (a fiber per thread, lanes meeting before
+    each statement) or "threads" (a fiber per thread running the code as written: the reference).
     ``head``: the length of a leading part of ``text`` that is metalkit's headers, whole declarations
     that recur in every text after its first line (a marker naming the file): the names they
     declare are read once (msl/pch.py finds it).
@@ -61,9 +62,13 @@ def prepass(text: str, is_user, constants: dict | None = None, only=None, duplic
     overloads.drop(unit)
     fp16_casts.rewrite(unit, text, head)
     keywords.rewrite(unit)
-    if fibers:
-        for k in unit.kernels:
-            k.execution = f"fibers: {fibers}" if k.needs_sync else "loop"
-    else:
+    if execution == "auto":
         simt.transform(unit, reach, text, head)
+    else:
+        for k in unit.kernels:
+            k.execution = f"{execution}: execution={execution!r} was asked for" if k.needs_sync else "loop"
+        if execution == "fibers":
+            for f in unit.functions:
+                if f.is_kernel and any(k.function == f.name and k.needs_sync for k in unit.kernels):
+                    simt.steps.insert(unit, f)
     return Result(unit.src.render(), unit.kernels, unit.src.files, unit.structs)

@@ -197,9 +197,11 @@ __MK_F void invoke(frame& f, unsigned m, Res* res, B&& siteful, P&& plain, G&& t
   }
 }
 
-// threadgroup_barrier: every live lane of the SIMD-group must be here; then the other
-// SIMD-groups of the threadgroup run up to the same barrier.
+// threadgroup_barrier: the SIMD-group arrives if any lane is here (as on the GPU; the runtime
+// faults under check= unless every live lane is); then the other SIMD-groups of the threadgroup
+// run up to a barrier.
 __MK_F void barrier(frame& f, unsigned m, const char* file, int line, int column) {
+  if (!m) return;
   if (m != f.alive) metal::__mk::rt->simt_diverged(f.sg, f.alive & ~m, file, line);
   if (f.fibers) metal::__mk::rt->simt_barrier(f.scheduler, file, line, column);
 }
