@@ -1,5 +1,5 @@
 """Kernels with barriers and SIMD-group functions, side by side in one process: metalkit,
-PoCL (the CPU OpenCL implementation, through pyopencl) and numpy, on the same work.
+two CPU OpenCL runtimes through pyopencl (PoCL and Intel's) and numpy, on the same work.
 
     python bench/bench_simt.py                  # every workload
     python bench/bench_simt.py reduce matmul    # some of them; --reps, --calls: see --help
@@ -25,15 +25,19 @@ import numpy as np
 
 import metalkit as mk
 from metalkit._bench import ratio as bench_ratio
-from cpu_opencl import CpuOpenCL, open_device
+from cpu_opencl import RUNTIMES, CpuOpenCL, open_devices
 
 HERE = Path(__file__).resolve().parent
 N = 1 << 24          # elements of the reductions and of add_arrays
 GROUP = 256          # threads per threadgroup of the reductions
 MATMUL_N = 512
 SAMPLE_SECONDS = 0.05  # a sample repeats a call for this long, so short calls are timed too
-SIDES = ("metalkit", "PoCL", "numpy")
-OpenCL = Union[CpuOpenCL, str]  # the device, or why there is none
+# metalkit's sides: the execution= each compiles with. "threads" is the reference model, a fiber
+# per thread running the code as written, which the SIMT transform is checked against.
+MODELS = {"metalkit": "auto", "metalkit threads": "threads"}
+SIDES = (*MODELS, *RUNTIMES, "numpy")
+Libraries = dict[str, mk.Library]  # metalkit side -> the library compiled for it
+OpenCL = dict[str, Union[CpuOpenCL, str]]  # runtime -> its device, or why there is none
 
 
 @dataclass
@@ -55,18 +59,17 @@ class Row:
     def __init__(self, key: str, label: str) -> None:
         self.key, self.label = key, label
         self.cells: dict[str, Union[Timing, str]] = {}   # side -> time, or why there is none
-        self.execution: dict[str, str] = {}              # metalkit kernel -> its execution model
+        self.execution: dict[str, str] = {}              # metalkit side -> kernel and its model
         self.notes: list[str] = []
         self._sides: dict[str, tuple[Callable[[], object], Callable[[], None]]] = {}
 
     def add(self, side: str, run: Callable[[], object], check: Callable[[], None]) -> None:
         self._sides[side] = (run, check)
 
-    def add_metalkit(self, kernel: mk.Kernel, run: Callable[[], object],
+    def add_metalkit(self, side: str, kernel: mk.Kernel, run: Callable[[], object],
                      check: Callable[[], None]) -> None:
-        model = getattr(kernel, "execution", None)  # which execution model runs the kernel
-        self.execution[kernel.name] = str(model) if model else "not reported by this metalkit"
-        self.add("metalkit", run, check)
+        self.execution[side] = f"{kernel.name} {kernel.execution}"
+        self.add(side, run, check)
 
     def measure(self, reps: int) -> None:
         """Per side: a warm-up call (which also compiles), the check, then `reps` samples taken
@@ -135,77 +138,94 @@ def rng_floats(*shape: int, seed: int = 0) -> np.ndarray:
 
 # ---------------------------------------------------------------------------- the workloads
 
-def group_sums(lib: mk.Library, ocl: OpenCL, opts: argparse.Namespace, row: Row, kernel: str,
+def group_sums(libs: Libraries, ocl: OpenCL, opts: argparse.Namespace, row: Row, kernel: str,
                group: int) -> Row:
     """A kernel that writes the sum of every `group` consecutive values of 2^24 floats, in
-    threadgroups of GROUP; PoCL runs the kernel of the same name where workloads.cl has one."""
+    threadgroups of GROUP; OpenCL runs the kernel of the same name where workloads.cl has one."""
     x = rng_floats(N)
     want = x.astype(np.float64).reshape(-1, group).sum(axis=1)
     out = {s: np.empty(N // group, np.float32) for s in SIDES}
-    k = lib[kernel]
-    row.add_metalkit(k, lambda: k(x, out["metalkit"], grid=N, threadgroup=GROUP),
-                     expect(out["metalkit"], want, 1e-4))
-    if isinstance(ocl, CpuOpenCL) and ocl.has_kernel(kernel):
-        row.add("PoCL", ocl.launcher(kernel, (N,), (GROUP,), [x, out["PoCL"]], [out["PoCL"]]),
-                expect(out["PoCL"], want, 1e-4))
-    elif isinstance(ocl, CpuOpenCL):  # OpenCL C sums a sub-group only with cl_khr_subgroups
-        row.cells["PoCL"] = "n/a"
-        if ocl.has_extension("cl_khr_subgroups"):
-            row.notes.append("PoCL: n/a: workloads.cl has no sub_group_reduce_add kernel")
-        else:
-            row.notes.append("PoCL: n/a: the device has no cl_khr_subgroups (sub_group_reduce_add)")
+    for side, lib in libs.items():
+        k, o = lib[kernel], out[side]
+        row.add_metalkit(side, k, lambda k=k, o=o: k(x, o, grid=N, threadgroup=GROUP),
+                         expect(o, want, 1e-4))
+    add_opencl(row, ocl, kernel, (N,), (GROUP,), lambda o: [x, o], out, want, 1e-4)
     row.add("numpy", lambda: x.reshape(-1, group).sum(axis=1, out=out["numpy"]),
             expect(out["numpy"], want, 1e-4))
     row.measure(opts.reps)
     return row
 
 
-def tree_reduction(lib: mk.Library, ocl: OpenCL, opts: argparse.Namespace) -> Row:
+def add_opencl(row: Row, ocl: OpenCL, kernel: str, global_size: tuple[int, ...],
+               local_size: Optional[tuple[int, ...]],
+               args: Callable[[np.ndarray], list[Union[np.ndarray, np.generic]]],
+               out: dict[str, np.ndarray], want: np.ndarray, rtol: float) -> None:
+    """A side per OpenCL runtime with a device: `kernel` on args(its output), checked as
+    expect(out[runtime], want, rtol) checks it. A device without the kernel shows n/a and why."""
+    for name, dev in ocl.items():
+        if not isinstance(dev, CpuOpenCL):
+            continue
+        if dev.has_kernel(kernel):
+            row.add(name, dev.launcher(kernel, global_size, local_size, args(out[name]),
+                                       [out[name]]), expect(out[name], want, rtol))
+            continue
+        row.cells[name] = "n/a"
+        if dev.has_subgroups:
+            row.notes.append(f"{name}: n/a: workloads.cl builds no {kernel} for the device "
+                             f"(see the conditions there)")
+        else:
+            row.notes.append(f"{name}: n/a: the device's OpenCL C has no sub-groups "
+                             f"(cl_khr_subgroups, __opencl_c_subgroups)")
+
+
+def tree_reduction(libs: Libraries, ocl: OpenCL, opts: argparse.Namespace) -> Row:
     row = Row("1", f"tree reduction 2^24 f32, groups of {GROUP}, 9 barriers")
-    return group_sums(lib, ocl, opts, row, "tree_reduce", GROUP)
+    return group_sums(libs, ocl, opts, row, "tree_reduce", GROUP)
 
 
-def simd_partials(lib: mk.Library, ocl: OpenCL, opts: argparse.Namespace) -> Row:
+def simd_partials(libs: Libraries, ocl: OpenCL, opts: argparse.Namespace) -> Row:
     row = Row("3a", "simd_sum per SIMD-group 2^24 f32, no barrier")
-    return group_sums(lib, ocl, opts, row, "simd_partials", mk.device().simd_width)
+    return group_sums(libs, ocl, opts, row, "simd_partials", mk.device().simd_width)
 
 
-def simd_reduction(lib: mk.Library, ocl: OpenCL, opts: argparse.Namespace) -> Row:
+def simd_reduction(libs: Libraries, ocl: OpenCL, opts: argparse.Namespace) -> Row:
     row = Row("3b", f"simd_sum two-level 2^24 f32, groups of {GROUP}, 1 barrier")
-    return group_sums(lib, ocl, opts, row, "simd_reduce", GROUP)
+    return group_sums(libs, ocl, opts, row, "simd_reduce", GROUP)
 
 
-def tiled_matmul(lib: mk.Library, ocl: OpenCL, opts: argparse.Namespace) -> Row:
+def tiled_matmul(libs: Libraries, ocl: OpenCL, opts: argparse.Namespace) -> Row:
     n = MATMUL_N
     row = Row("2", f"tiled matmul {n}x{n} f32, 16x16 tiles, 2 barriers a tile")
     a, b = rng_floats(n, n, seed=1), rng_floats(n, n, seed=2)
     want = a.astype(np.float64) @ b.astype(np.float64)
     c = {s: np.empty((n, n), np.float32) for s in SIDES}
-    k = lib.matmul_tiled
-    row.add_metalkit(k, lambda: k(a, b, c["metalkit"], n, grid=(n, n), threadgroup=(16, 16)),
-                     expect(c["metalkit"], want, 1e-4))
-    if isinstance(ocl, CpuOpenCL):
-        row.add("PoCL", ocl.launcher("matmul_tiled", (n, n), (16, 16),
-                                     [a, b, c["PoCL"], np.uint32(n)], [c["PoCL"]]),
-                expect(c["PoCL"], want, 1e-4))
+    for side, lib in libs.items():
+        k, o = lib.matmul_tiled, c[side]
+        row.add_metalkit(side, k, lambda k=k, o=o: k(a, b, o, n, grid=(n, n), threadgroup=(16, 16)),
+                         expect(o, want, 1e-4))
+    add_opencl(row, ocl, "matmul_tiled", (n, n), (16, 16), lambda o: [a, b, o, np.uint32(n)],
+               c, want, 1e-4)
     row.add("numpy", lambda: np.matmul(a, b, out=c["numpy"]), expect(c["numpy"], want, 1e-4))
     row.measure(opts.reps)
     return row
 
 
-def add_arrays(lib: mk.Library, ocl: OpenCL, opts: argparse.Namespace) -> Row:
+def add_arrays(libs: Libraries, ocl: OpenCL, opts: argparse.Namespace) -> Row:
     row = Row("4", "add_arrays 2^24 f32, no barrier")
     a, b = rng_floats(N, seed=1), rng_floats(N, seed=2)
     want = a.astype(np.float64) + b.astype(np.float64)
     out = {s: np.empty(N, np.float32) for s in SIDES}
-    k = mk.load(HERE.parent / "kernels" / "add_arrays.metal").add_arrays  # the bundled kernel
-    row.add_metalkit(k, lambda: k(a, b, out["metalkit"]), expect(out["metalkit"], want, 1e-7))
-    if isinstance(ocl, CpuOpenCL):
-        row.add("PoCL", ocl.launcher("add_arrays", (N,), None, [a, b, out["PoCL"]], [out["PoCL"]]),
-                expect(out["PoCL"], want, 1e-7))
+    for side, lib in libraries(HERE.parent / "kernels" / "add_arrays.metal").items():  # bundled
+        k, o = lib.add_arrays, out[side]
+        row.add_metalkit(side, k, lambda k=k, o=o: k(a, b, o), expect(o, want, 1e-7))
+    add_opencl(row, ocl, "add_arrays", (N,), None, lambda o: [a, b, o], out, want, 1e-7)
     row.add("numpy", lambda: np.add(a, b, out=out["numpy"]), expect(out["numpy"], want, 1e-7))
     row.measure(opts.reps)
     return row
+
+
+def libraries(path: Path) -> Libraries:
+    return {side: mk.load(path, execution=model) for side, model in MODELS.items()}
 
 
 def rss() -> Optional[int]:
@@ -217,23 +237,21 @@ def rss() -> Optional[int]:
         return None
 
 
-def barrier_call(lib: mk.Library, ocl: OpenCL, opts: argparse.Namespace) -> Row:
+def barrier_call(libs: Libraries, ocl: OpenCL, opts: argparse.Namespace) -> Row:
     row = Row("5", "reverse64: 1 group of 64, 1 barrier, per call")
     x = rng_floats(64)
     want = x[::-1].astype(np.float64)
     out = {s: np.empty(64, np.float32) for s in SIDES}
-    k = lib.reverse64
-
-    def run() -> None:
-        k(x, out["metalkit"], grid=64, threadgroup=64)
-    row.add_metalkit(k, run, expect(out["metalkit"], want, 0))
-    if isinstance(ocl, CpuOpenCL):
-        row.add("PoCL", ocl.launcher("reverse64", (64,), (64,), [x, out["PoCL"]], [out["PoCL"]]),
-                expect(out["PoCL"], want, 0))
+    runs = {}
+    for side, lib in libs.items():
+        k, o = lib.reverse64, out[side]
+        runs[side] = lambda k=k, o=o: k(x, o, grid=64, threadgroup=64)
+        row.add_metalkit(side, k, runs[side], expect(o, want, 0))
+    add_opencl(row, ocl, "reverse64", (64,), (64,), lambda o: [x, o], out, want, 0)
     row.add("numpy", lambda: np.copyto(out["numpy"], x[::-1]), expect(out["numpy"], want, 0))
     row.measure(opts.reps)
     if isinstance(row.cells["metalkit"], Timing):
-        row.notes.append(memory_over(run, opts.calls))
+        row.notes.append(memory_over(runs["metalkit"], opts.calls))
     return row
 
 
@@ -275,7 +293,9 @@ def header(ocl: OpenCL, reps: int) -> None:
                             capture_output=True, text=True).stdout.strip()
     print(f"metalkit {mk.__version__}{f' at commit {commit}' if commit else ''}: "
           f"{mk.device().name} [{mk.device().backend}]")
-    print(f"PoCL: {ocl.name}" if isinstance(ocl, CpuOpenCL) else f"PoCL: column skipped: {ocl}")
+    for name, dev in ocl.items():
+        print(f"{name}: {dev.name}" if isinstance(dev, CpuOpenCL) else
+              f"{name}: column skipped: {dev}")
     print(f"numpy {np.__version__}; python {sys.version.split()[0]}")
     print(f"times: median of {reps} samples, the sides of a row sampled in turns, after a warm-up "
           f"call (which also compiles); a sample repeats the call for at least {SAMPLE_SECONDS} s; "
@@ -291,24 +311,28 @@ def ratio(mine: object, other: object, what: str) -> Optional[str]:
 
 def table(rows: list[Row]) -> None:
     width = max(len(r.label) for r in rows) + 4
-    print(f"{'':{width}}" + "".join(f"{s:>16}" for s in SIDES))
+    print(f"{'':{width}}" + "".join(f"{s:>18}" for s in SIDES))
     for r in rows:
-        cells = "".join(f"{str(r.cells.get(s, '-')):>16}" for s in SIDES)
+        cells = "".join(f"{str(r.cells.get(s, '-')):>18}" for s in SIDES)
         print(f"{r.key:<4}{r.label:{width - 4}}{cells}")
     print()
-    print("ratios: metalkit's time divided by the other's")
+    print("ratios: metalkit's time divided by metalkit threads', the faster OpenCL runtime's "
+          "and numpy's")
     tree = next((r.cells.get("metalkit") for r in rows if r.key == "1"), None)
     for r in rows:
         mine = r.cells.get("metalkit")
-        parts = [ratio(mine, r.cells.get("PoCL"), "metalkit / PoCL"),
+        opencl = {s: r.cells[s] for s in RUNTIMES if isinstance(r.cells.get(s), Timing)}
+        best = min(opencl, key=lambda s: opencl[s].median, default=None)
+        parts = [ratio(mine, r.cells.get("metalkit threads"), "metalkit / metalkit threads"),
+                 ratio(mine, opencl.get(best), f"metalkit / {best}"),
                  ratio(mine, r.cells.get("numpy"), "metalkit / numpy")]
         if r.key.startswith("3"):  # the SIMD-group reductions against the barrier one
             parts.append(ratio(mine, tree, f"metalkit {r.key} / metalkit 1"))
         print(f"{r.key:<4}" + ("   ".join(p for p in parts if p) or "no ratio: a side is missing"))
     print()
     for r in rows:
-        models = ", ".join(f"{k} {m}" for k, m in r.execution.items())
-        print(f"{r.key:<4}metalkit execution model: {models}")
+        models = "; ".join(f"{side} {m}" for side, m in r.execution.items())
+        print(f"{r.key:<4}execution model: {models}")
         for note in r.notes:
             print(f"{'':4}{note}")
     print(f"\nafter the run: {load()}")
@@ -327,10 +351,10 @@ def main() -> int:
         p.error(f"unknown workload {', '.join(sorted(unknown))}; "
                 f"choose from {', '.join(WORKLOADS)}")
 
-    ocl = open_device()
+    ocl = open_devices()
     header(ocl, opts.reps)
-    lib = mk.load(HERE / "workloads.metal")
-    rows = [fn(lib, ocl, opts) for name, fns in WORKLOADS.items()
+    libs = libraries(HERE / "workloads.metal")
+    rows = [fn(libs, ocl, opts) for name, fns in WORKLOADS.items()
             if not opts.workloads or name in opts.workloads for fn in fns]
     table(rows)
     return 1 if any(c == "FAILED" for r in rows for c in r.cells.values()) else 0

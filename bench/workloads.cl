@@ -1,6 +1,6 @@
 // The OpenCL C kernels of bench/: the workloads of bench_simt.py, the same kernels as
 // workloads.metal, and those of bench_add.py.
-// OpenCL has no SIMD-group functions without cl_khr_subgroups, so simd_* have no twin here.
+// simd_* need sub-groups, which OpenCL C has only with cl_khr_subgroups or __opencl_c_subgroups.
 
 #define TILE 16
 
@@ -39,6 +39,38 @@ __kernel void add_arrays(__global const float* a, __global const float* b, __glo
     size_t i = get_global_id(0);
     out[i] = a[i] + b[i];
 }
+
+#if defined(cl_khr_subgroups) || defined(__opencl_c_subgroups)
+
+// One level, no barrier: each sub-group sums its work-items' values; the first writes the sum.
+// A sub-group is as wide as a SIMD-group of metalkit (32) only where that width can be required.
+#ifdef cl_intel_required_subgroup_size
+__attribute__((intel_reqd_sub_group_size(32)))
+__kernel void simd_partials(__global const float* x, __global float* out) {
+    uint i = get_global_id(0);
+    float s = sub_group_reduce_add(x[i]);
+    if (get_sub_group_local_id() == 0) out[i / 32] = s;
+}
+#endif
+
+// Two levels, one barrier: sub-group sums go through local memory to sub-group 0, which sums
+// them again. Writes one sum per work-group of 256, as tree_reduce does, whatever the
+// sub-group size the compiler picks (partial has room for sub-groups of one).
+__kernel void simd_reduce(__global const float* x, __global float* out) {
+    __local float partial[256];
+    float s = sub_group_reduce_add(x[get_global_id(0)]);
+    uint sg = get_sub_group_id(), lane = get_sub_group_local_id();
+    if (lane == 0) partial[sg] = s;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (sg == 0) {
+        s = 0.0f;
+        for (uint k = lane; k < get_num_sub_groups(); k += get_sub_group_size()) s += partial[k];
+        s = sub_group_reduce_add(s);
+        if (lane == 0) out[get_group_id(0)] = s;
+    }
+}
+
+#endif
 
 // One work-group of 64 work-items reverses 64 values through local memory.
 __kernel void reverse64(__global const float* x, __global float* out) {

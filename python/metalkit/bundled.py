@@ -9,7 +9,9 @@ from . import _device
 from .errors import KernelNotFound
 from .library import load
 
-KERNELS_DIR = Path(__file__).resolve().parent / "kernels"
+# An installed package holds kernels/; an editable install of a checkout finds them at its root.
+_HERE = Path(__file__).resolve().parent
+KERNELS_DIR = _HERE / "kernels" if (_HERE / "kernels").is_dir() else _HERE.parents[1] / "kernels"
 Dims = Union[int, Sequence[int]]  # grid=, threadgroups=, threadgroup=: x or (x, y, z)
 _lock = threading.Lock()
 _by_name: dict[tuple[str, str], Any] = {}

@@ -125,8 +125,8 @@ class Library:
         file on the CPU backend is otherwise compiled a kernel at a time, on first use; a small
         one, and any file on Metal, is compiled whole by ``compile``/``load``, so this does nothing.
 
-        >>> import metalkit, pathlib
-        >>> lib = metalkit.load(pathlib.Path(metalkit.__file__).parent / "kernels" / "add_arrays.metal")
+        >>> import metalkit
+        >>> lib = metalkit.load(metalkit.bundled.KERNELS_DIR / "add_arrays.metal")
         >>> lib.build().kernels
         ['add_arrays']
         """
@@ -320,8 +320,8 @@ def load(path: Union[str, os.PathLike], *, include_dirs: Iterable[str] = (), con
     A precompiled ``.metallib`` loads on the Metal backend only; its kernels
     take an array for every ``[[buffer(n)]]`` (a scalar as a 1-element array).
 
-    >>> import metalkit, pathlib
-    >>> lib = metalkit.load(pathlib.Path(metalkit.__file__).parent / "kernels" / "add_arrays.metal")
+    >>> import metalkit
+    >>> lib = metalkit.load(metalkit.bundled.KERNELS_DIR / "add_arrays.metal")
     >>> lib.kernels
     ['add_arrays']
     """

@@ -28,13 +28,16 @@ from typing import Callable
 
 from ..errors import CacheError, CompileError
 from .. import _progress
-from . import cache, pch, stdlib_stubs, toolchain, zig_direct
+from . import cache, clang_facts, pch, stdlib_stubs, toolchain, zig_direct
 from .defines import define_lines
 
 # The front end, code generator and diagnostics are imported when first needed: a
 # process that finds its kernels in the cache never loads them.
 
 EAGER_KERNELS = 8  # a file with at most this many kernels is compiled whole, at once
+# A whole file's front end asks clang for facts below this much clang -E output (the headers are
+# about 0.5 MB of it): a large file's are asked for per kernel built.
+FACTS_WHOLE_FILE = 1 << 20
 STATUS_AFTER = 1.0  # seconds a compile runs before a terminal shows its status line
 MEMORY_ENTRIES = 1024  # entries kept by each in-memory cache below (least recently used dropped)
 
@@ -276,11 +279,12 @@ def _in_cache(step: Callable):
 def _scan(tc, opts: Options, k: str):
     """The front end alone: preprocessed once (kept for the build that may follow), pre-passed."""
     with cache.workspace() as tmp, _status_line(f"reading {opts.filename}"):
-        return _front(tc, opts, k, tmp, None)[0]
+        return _front(tc, opts, k, tmp, None, building=False)[0]
 
 
-def _front(tc, opts: Options, lib_key: str, tmp, kernels):
-    """The pre-passed source and the name clang -E was given it by."""
+def _front(tc, opts: Options, lib_key: str, tmp, kernels, building: bool = True):
+    """The pre-passed source and the name clang -E was given it by. ``building``: the result is
+    compiled (so clang's facts are asked for), not only read for its kernels' names."""
     from .diagnostics import source_line
     from .prepass import MslError, prepass
     pp = _preprocessed.get(lib_key)
@@ -293,14 +297,18 @@ def _front(tc, opts: Options, lib_key: str, tmp, kernels):
     if kernels is None and whole is not None and pch.ENABLED:  # plan's scan, then the build of a small file
         return whole, src_name
     user = lambda f: f not in _NOT_USER and not f.startswith(toolchain.INCLUDE_DIR) and f != src_name
+    # A large file's listing of its kernels goes without: its kernels get facts as they are built.
+    with_facts = building or len(text) < FACTS_WHOLE_FILE
+    facts = (lambda cpp: clang_facts.gather(tc, cpp, src_name, opts.fast_math, tmp)) if with_facts else None
     try:
         result = prepass(text, user, dict(opts.constants), only=kernels, execution=opts.execution,
-                         head=pch.head(text, src_name) if pch.ENABLED else 0)
+                         head=pch.head(text, src_name) if pch.ENABLED else 0, facts=facts)
     except MslError as e:
         raise CompileError(e.msg, filename=e.file, lineno=e.line or None, offset=e.col or None,
                            text=source_line(e.file, e.line, opts.source, opts.filename), log=str(e)) from None
     files = [f for f in result.files if f != opts.filename and os.path.isfile(f)]
-    _preprocessed.put(lib_key, (text, src_name, {f: _stat(f) for f in files}, result if kernels is None else whole))
+    reuse = result if kernels is None and with_facts else whole  # what a build of the whole file may take
+    _preprocessed.put(lib_key, (text, src_name, {f: _stat(f) for f in files}, reuse))
     return result, src_name
 
 

@@ -92,6 +92,9 @@ class Unit:
     kernels: list[Kernel] = field(default_factory=list)
     dropped: set[int] = field(default_factory=set)      # tokens already rewritten away (not to be touched)
     fc_values: dict[str, object] = field(default_factory=dict)  # function constant -> value (None: unset)
+    fc_at: dict[str, int] = field(default_factory=dict)  # function constant name -> its name token
+    statements: dict[int, str] | None = None  # clang's facts: a statement's first token -> "decl" / "expr"
+    call_sync: dict[int, bool] | None = None  # clang's facts: a function's name in code -> it reaches a SIMD-group function
     structs: list[StructDef] = field(default_factory=list)
     _attr_tokens: set | None = None
 

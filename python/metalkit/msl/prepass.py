@@ -22,8 +22,8 @@ module itself (see ``metalkit/launch.h``).
 """
 from __future__ import annotations
 
+from . import clang_facts, simt
 from .model import Kernel, Param, Result, Unit
-from . import simt
 from .passes import (attributes, callgraph, fp16_casts, function_constants, functions, kernels, keywords, loop_hints,
                      overloads, structs, threadgroup_storage)
 from .source import MslError, Source
@@ -32,7 +32,7 @@ __all__ = ["prepass", "MslError", "Kernel", "Param", "Result"]
 
 
 def prepass(text: str, is_user, constants: dict | None = None, only=None, duplicates: str = "error",
-            execution: str = "auto", head: int = 0) -> Result:
+            execution: str = "auto", head: int = 0, facts=None) -> Result:
     """Pre-passed text and its kernels.
 
     ``is_user(file)``: whether a file's lines are the user's (others pass through).
@@ -45,6 +45,10 @@ def prepass(text: str, is_user, constants: dict | None = None, only=None, duplic
     ``head``: the length of a leading part of ``text`` that is metalkit's headers, whole declarations
     that recur in every text after its first line (a marker naming the file): the names they
     declare are read once (msl/pch.py finds it).
+    ``facts``: if given, called with the text made C++ (before the SIMT pass); what it returns
+    (msl/clang_facts.Facts, or None) decides, as clang resolves calls and names, which kernels
+    reach a barrier or SIMD-group function (passes/callgraph.py), which read a function constant
+    given no value, and how the SIMT pass reads statements and calls.
     """
     unit = Unit(Source(text, is_user), dict(constants or {}), only)
     loop_hints.drop_unexpanded(unit)
@@ -62,6 +66,14 @@ def prepass(text: str, is_user, constants: dict | None = None, only=None, duplic
     overloads.drop(unit)
     fp16_casts.rewrite(unit, text, head)
     keywords.rewrite(unit)
+    if facts is not None and unit.kernels:
+        positions: dict = {}
+        found = facts(unit.src.render(positions))
+        if found is not None:
+            reach = callgraph.mark(unit, found, positions)
+            function_constants.find_unset_uses(unit, reach, found, positions)
+            unit.statements = _statements(unit, found, positions)
+            unit.call_sync = _call_sync(unit, found, positions, reach)
     if execution == "auto":
         simt.transform(unit, reach, text, head)
     else:
@@ -72,3 +84,33 @@ def prepass(text: str, is_user, constants: dict | None = None, only=None, duplic
                 if f.is_kernel and any(k.function == f.name and k.needs_sync for k in unit.kernels):
                     simt.steps.insert(unit, f)
     return Result(unit.src.render(), unit.kernels, unit.src.files, unit.structs)
+
+
+def _call_sync(unit: Unit, found, positions: dict, reach) -> dict[int, bool]:
+    """Whether what each function name in code refers to reaches a barrier or SIMD-group function,
+    as clang resolves it (per instantiation, merged)."""
+    out: dict[int, bool] = {}
+    for span, targets in found.sites.items():
+        i = clang_facts.name_token(span, positions, unit.toks)
+        if i is None:
+            continue
+        hit = any(t.startswith(callgraph.SYNC_FUNCTIONS) if isinstance(t, str) else bool(reach.at.get(t))
+                  for t in targets)
+        out[i] = out.get(i, False) or hit
+    return out
+
+
+def _statements(unit: Unit, found, positions: dict) -> dict[int, str]:
+    """clang's statement kinds by first token; a statement whose first tokens the pre-pass blanked
+    (``device``, an attribute) starts at the first of them."""
+    out: dict[int, str] = {}
+    placed = set(positions.values())
+    for at, kind in found.statements.items():
+        i = positions.get(at)
+        if i is None:
+            continue
+        out[i] = kind
+        while i > 0 and i - 1 not in placed:
+            i -= 1
+            out[i] = kind
+    return out

@@ -90,7 +90,9 @@ class Source:
             t = self.before[i] + t
         return t + "".join(self.after[i]) if i in self.after else t
 
-    def render(self) -> str:
+    def render(self, positions: dict[tuple[int, int], int] | None = None) -> str:
+        """The rewritten text; ``positions``, if given, is filled with (line, column) -> token index
+        of every token that has text in it (0-based, where the token's text starts)."""
         lines = list(self.lines)
         by_line: dict[int, list[int]] = {}
         for i in sorted(set(self.out) | set(self.after) | set(self.before)):
@@ -98,13 +100,15 @@ class Source:
         first_on_line: dict[int, int] = {}
         for i, t in enumerate(self.toks):
             first_on_line.setdefault(t.line, i)
+            if positions is not None and t.line not in by_line:
+                positions[(t.line, t.col)] = i
         for ln in by_line:
-            lines[ln] = self._render_line(ln, first_on_line[ln])
+            lines[ln] = self._render_line(ln, first_on_line[ln], positions)
         for ln, text in self.line_out.items():
             lines[ln] = text
         return "\n".join(lines)
 
-    def _render_line(self, ln: int, first: int) -> str:
+    def _render_line(self, ln: int, first: int, positions: dict | None = None) -> str:
         """A line with its rewritten tokens, each at its original column where the text before it allows."""
         line = self.lines[ln]
         parts: list[str] = []
@@ -121,6 +125,8 @@ class Source:
                 elif cursor > t.col and parts and _word_end(parts[-1]) and _word_start(text):
                     parts.append(" ")
                     cursor += 1
+                if positions is not None:  # where its text starts, after what was put before it
+                    positions[(ln, cursor + len(self.before.get(i, "")))] = i
                 parts.append(text)
                 cursor += len(text)
             i += 1

@@ -48,6 +48,7 @@ def bind(unit: Unit) -> None:
             src.replace(k, end, "{}")
         defined = key is not None
         unit.fc_values[name_tok.text] = constants[key] if defined else None
+        unit.fc_at[name_tok.text] = k - 1
         for j in defined_checks.get(name_tok.text, ()):
             src.replace(j, j + 3, "true" if defined else "false")
     unknown = [k for k in constants if k not in used]
@@ -78,23 +79,30 @@ def _param_present(unit: Unit, f: FnDef, p: Param) -> bool:
     return present
 
 
-def find_unset_uses(unit: Unit, reach) -> None:
+def find_unset_uses(unit: Unit, reach, facts=None, positions: dict | None = None) -> None:
     """Sets each kernel's unset_constant: a constant with no value that its body, or a function it
     reaches, reads. Not counted, as Metal's specialisation folds them away: uses in a function that
     tests ``is_function_constant_defined`` of the constant; bool constants that make a parameter
     optional (unset is false there); uses in a branch another constant's value rules out
-    (``c ? use : other``, ``if (c) { use }``, ``if (!c) { use }``)."""
+    (``c ? use : other``, ``if (c) { use }``, ``if (!c) { use }``). With clang's facts
+    (clang_facts.Facts and the rendered text's positions), a name is a use only where clang
+    resolves it to the constant: a parameter or local of the same name shadows it."""
     fc = unit.fc_values
     gates = {t.text for f in unit.functions for p in f.params if p.when for t in tokenize_line(p.when, 0)}
     unset = {name for name, v in fc.items() if v is None and name not in gates}
     if not unset:
         return
     toks = unit.toks
+    resolved = _resolved_uses(unit, unset, facts, positions)
     uses: dict[str, str] = {}
+    for k in unit.kernels:
+        k.unset_constant = ""
     for f in unit.functions:
         a, b = f.body
         dead = _dead_branches(toks, a, b, fc)
-        ids = {t.text for k, t in enumerate(toks[a:b], a) if t.kind == "id" and k not in dead} & unset
+        ids = {t.text for k, t in enumerate(toks[a:b], a)
+               if t.kind == "id" and k not in dead and t.text in unset
+               and (t.text not in resolved or k in resolved[t.text])}
         guarded = {toks[j + 2].text for j in range(a, b - 3) if toks[j].text == "is_function_constant_defined"}
         hit = sorted(ids - guarded)
         if hit and not uses.get(f.name):
@@ -108,6 +116,21 @@ def find_unset_uses(unit: Unit, reach) -> None:
             seen.add(name)
             k.unset_constant = uses.get(name, "")
             todo.extend(sorted(reach.calls.get(name, ())))
+
+
+def _resolved_uses(unit: Unit, names: set[str], facts, positions: dict | None) -> dict[str, set[int]]:
+    """Constant name -> the tokens clang resolves to it, for the constants whose declaration the
+    facts know."""
+    if facts is None or positions is None:
+        return {}
+    from ..clang_facts import name_token
+    where = {i: p for p, i in positions.items()}
+    out = {}
+    for name in names:
+        at = where.get(unit.fc_at.get(name, -1))
+        if at is not None:
+            out[name] = {name_token(s, positions, unit.toks) for s in facts.var_refs.get(at, ())}
+    return out
 
 
 def _dead_branches(toks, a: int, b: int, fc: dict) -> set[int]:

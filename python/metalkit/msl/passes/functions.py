@@ -8,7 +8,7 @@ kernels (``kernel`` or ``[[kernel]]`` in the declaration), and every
 from __future__ import annotations
 
 from ..model import FnDef, Unit
-from ..source import match
+from ..source import match, match_angle
 from . import params as params_pass
 
 _TRAILING = ("const", "noexcept", "override", "->", "thread", "device", "constant", "threadgroup")
@@ -85,7 +85,14 @@ def find(unit: Unit) -> None:
             continue
         if t.text == "{":
             # A class body holds methods (scanned like functions); other braces hold statements.
-            head = {x.text for x in toks[stmt_start:i]}
+            # A template head's default arguments (`class Op = Less<T>`) are not an initializer.
+            start = stmt_start
+            while start < i and toks[start].text == "template" and toks[start + 1].text == "<":
+                try:
+                    start = match_angle(toks, start + 1) + 1
+                except IndexError:
+                    break
+            head = {x.text for x in toks[start:i]}
             is_class = bool(head & {"struct", "class", "union"}) and "enum" not in head and "=" not in head
             scope.append("<class>" if is_class else "")
             if is_class:

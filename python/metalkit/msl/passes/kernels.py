@@ -19,8 +19,8 @@ def collect(unit: Unit, duplicates: str) -> None:
     of being an error (text read without preprocessing holds both branches of an ``#if``)."""
     src, toks, only = unit.src, unit.toks, unit.only
     kernels: list[Kernel] = []
-    by_name: dict[str, FnDef] = {}
-    for f in unit.functions:
+    by_name: dict[str, FnDef] = {}  # a kernel's name: its kernel definition (a helper may share the name)
+    for f in sorted(unit.functions, key=lambda f: not f.is_kernel):
         by_name.setdefault(f.name, f)
     for f in unit.functions:
         if f.is_kernel and not f.is_template:

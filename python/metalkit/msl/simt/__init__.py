@@ -85,8 +85,8 @@ def transform(unit: Unit, reach: Reach, text: str, head: int = 0) -> None:
     failed: dict[str, str] = {}  # helper name -> why (one of its overloads) cannot be transformed
     for name in sorted(set().union(*(reachable(k.function) for k in sync_kernels))):
         for f in by_name.get(name, ()):
-            if f.is_kernel:
-                continue
+            if f.is_kernel or not reach.defs.get(id(f)):
+                continue  # a definition that reaches no SIMD-group function keeps per-lane calls
             try:
                 plan = _HelperPlan(unit, f, _body(unit, f, names), sync_names, ref_params)
                 plan.prepare()
@@ -138,7 +138,7 @@ def _body(unit: Unit, f: FnDef, names):
     lparen = f.name_at + 1
     params = [p.name for p in functions.parameters(unit, lparen, match(unit.toks, lparen, "(", ")"))] \
         if unit.toks[lparen].text == "(" else []
-    return Parser(unit.toks, names, unit.attr_at, f.body[1] + 1, params).block(f.body[0])
+    return Parser(unit.toks, names, unit.attr_at, f.body[1] + 1, params, unit.statements).block(f.body[0])
 
 
 def _ref_params(unit: Unit, by_name: dict) -> dict[str, set[int]]:

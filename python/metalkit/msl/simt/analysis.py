@@ -262,6 +262,13 @@ class Function:
 
     def is_sync_call(self, c: sx.Call) -> bool:
         name = self.callee_name(c)
+        f = c.callee
+        at = f.last if isinstance(f, sx.Name) else f.name if isinstance(f, sx.Member) else None
+        said = (self.unit.call_sync or {}).get(at)
+        if said is not None:  # clang resolved what this name calls
+            if said and isinstance(f, sx.Name) and f.last in self.name_var:
+                raise Unsupported(f.a, "a SIMD-group function called through a callable object")
+            return said
         if isinstance(c.callee, sx.Member):
             return name in self.sync_names
         if isinstance(c.callee, sx.Name) and c.callee.last in self.name_var:

@@ -247,9 +247,11 @@ _CXX_CASTS = {"static_cast", "reinterpret_cast", "const_cast", "dynamic_cast", "
 
 
 class Parser:
-    def __init__(self, toks: list[Token], names: Names, attr_at: dict, end: int, params=()):
+    def __init__(self, toks: list[Token], names: Names, attr_at: dict, end: int, params=(),
+                 statements: dict[int, str] | None = None):
         self.toks = toks
         self.names = names
+        self.statements = statements or {}  # clang's word on a statement: first token -> "decl" / "expr"
         self.attr_at = attr_at   # attribute blocks to skip ('[' index -> (']' index, attrs))
         self.end = end           # one past the last token this parser may read
         self.local_types: list[set[str]] = [set()]
@@ -402,9 +404,12 @@ class Parser:
             return Other(i, semi)
         if w in ("struct", "class", "union", "enum") and self.kind(i + 1) == "id" and self.t(i + 2) in ("{", ":"):
             raise Unsupported(i, "a class defined inside a function")
-        d = self.try_decl(i)
+        said = self.statements.get(i)
+        d = self.try_decl(i) if said != "expr" else None
         if d is not None:
             return d
+        if said == "decl":
+            raise Unsupported(i, "a declaration this parser cannot read")
         semi = self.find_semi(i)
         return ExprStmt(i, semi, self.expr(i, semi))
 
