@@ -691,6 +691,44 @@ def test_a_simd_sum_of_a_uniform_value_is_one_value_for_later_statements(device,
     np.testing.assert_array_equal(out, want)
 
 
+HELPER_FILLS = """
+// A helper fills the lane's own arrays through the pointers they decay to (MLX's gemv and
+// quantized mat-vec load each lane's tile so): the arrays are per lane, the call per lane.
+template <typename U = float, int N = 4>
+static void load(const device float* src, thread U dst[N], const int off = 0) {
+    for (int k = 0; k < N; k++) dst[k] = static_cast<U>(src[off + k]);
+}
+kernel void helper_fills(device const float* in [[buffer(0)]], device float* out [[buffer(1)]],
+                         uint i [[thread_position_in_grid]]) {
+    float v[4];
+    float rows[2][4];
+    load<float>(in, v, int(i) * 4);
+    load(in, rows[1], int(i) * 4);
+    load(in, rows[0], int(i) * 4 + 2);
+    float s = v[0] + v[1] + v[2] + v[3] + rows[1][3] - rows[0][0];
+    out[i] = simd_sum(s) + s;
+}
+"""
+
+
+@pytest.mark.parametrize("n,tg", N_TG)
+@pytest.mark.parametrize("model", MODELS + ["threads"])
+def test_arrays_a_helper_fills_through_a_pointer_are_per_lane(device, model, rng, n, tg):
+    lib = build_as(HELPER_FILLS, "fills.metal", model)
+    check_model(lib.helper_fills, model)
+    x = rng.random(n * 4 + 2, dtype=np.float32)
+    out = np.zeros(n, np.float32)
+    lib.helper_fills(x, out, grid=n, threadgroup=tg)
+    quads = x[:n * 4].reshape(n, 4)
+    own = quads.sum(axis=1) + quads[:, 3] - x[2:n * 4 + 2:4]
+    want = np.zeros(n, np.float32)
+
+    def ref(lanes, s):
+        want[s] = own[s].sum() + own[s]
+    per_simdgroup(n, tg, ref)
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5)
+
+
 ALIGNED = """
 // Generated code (tinygrad's reductions) declares threadgroup arrays with a GNU alignment attribute.
 kernel void aligned_sums(device const float* in [[buffer(0)]], device float* out [[buffer(1)]],

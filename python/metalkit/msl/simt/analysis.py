@@ -476,7 +476,10 @@ class Function:
             info.reads.add(self.this_var)
             self.touch(info, "?", True, True)
         for i, a in enumerate(c.args):
-            self.scan(a, info, "rw" if i in refs and self._private_root(a) is not None else "r")
+            if not pure and self._local_array(a):
+                self.scan(a, info, "addr")  # a local array decays to a pointer the callee may write through
+            else:
+                self.scan(a, info, "rw" if i in refs and self._private_root(a) is not None else "r")
         if sync:
             info.hoists.append(c)
         elif not pure:
