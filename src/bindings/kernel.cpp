@@ -381,12 +381,13 @@ py::object PyKernel::call(py::args args, py::kwargs kwargs) {
     if (!key)
       throw DispatchError("kernel '" + sp.name + "': threadgroup_memory keys are [[threadgroup(i)]] indices (ints), got " +
                           std::string(py::str(py::repr(item.first))).substr(0, 40));
-    int64_t idx = *key;
-    bool known = std::any_of(threadgroup_params_.begin(), threadgroup_params_.end(),
-                             [&](int p) { return sp.args[p].index == idx; });
-    if (!known)
-      throw DispatchError("kernel '" + sp.name + "' has no [[threadgroup(" + std::to_string(idx) +
-                          ")]] parameter; remove it from threadgroup_memory");
+    // A size for an index the kernel has no parameter at is ignored, as Metal does (llama.cpp's
+    // host code sets index 0 for every kernel); it must still be a size Metal would take.
+    std::optional<int64_t> n = as_int(item.second);
+    if (!n || *n < 0 || uint64_t(*n) > kMaxThreadgroupMemory)
+      throw DispatchError("kernel '" + sp.name + "': threadgroup_memory[" + std::to_string(*key) +
+                          "] must be a number of bytes from 0 to 32768, got " +
+                          std::string(py::str(py::repr(item.second))).substr(0, 40));
   }
   if (tg_total > kMaxThreadgroupMemory)
     throw DispatchError("kernel '" + sp.name + "': threadgroup memory of " + std::to_string(tg_total) +
