@@ -66,7 +66,11 @@ def prepass(text: str, is_user, constants: dict | None = None, only=None, duplic
     overloads.drop(unit)
     fp16_casts.rewrite(unit, text, head)
     keywords.rewrite(unit)
-    if facts is not None and unit.kernels:
+    # Only code that names a barrier or SIMD-group function can reach one (all of metalkit's are
+    # named so), and only a constant given no value can be misread: otherwise clang has nothing
+    # to add, and a small kernel's compile is spared the parse.
+    named = any(t.kind == "id" and t.text.startswith(callgraph.SYNC_FUNCTIONS) for t in unit.toks)
+    if facts is not None and unit.kernels and (named or any(v is None for v in unit.fc_values.values())):
         positions: dict = {}
         found = facts(unit.src.render(positions))
         if found is not None:
