@@ -42,7 +42,12 @@ pytestmark = pytest.mark.sweep
 
 BUFFER_BYTES = 1 << 20   # every buffer: large enough for what the sizes below make kernels address
 THREADGROUPS = (2, 2, 1)
-THREADS = 64             # per threadgroup (at most the kernel's maximum): two SIMD-groups
+# Threads per threadgroup, tried in turn: kernels are written for one size (their host's), and
+# under another they may read threadgroup memory no thread wrote, or race between SIMD-groups
+# where their host runs one. A size is taken once two runs under "auto", the second with its
+# SIMD-groups in a shuffled order, give the same bytes: the launch then defines the result.
+THREADS = (64, 128, 256, 32)
+SHUFFLE = 12345
 TG_MEMORY = 32 << 10     # per [[threadgroup(i)]] parameter: what an Apple GPU has in all
 TIMEOUT = 20.0           # seconds per launch: garbage sizes can make a kernel loop for ever
 JOBS = 2                 # child processes at once (each compiles on one core, launches on all)
@@ -80,6 +85,17 @@ GGML_CONSTANTS = {
     "FC_mul_mm_r2": 1, "FC_mul_mm_r3": 1,
     "FC_count_equal_nsg": 2,
 }
+
+# MLX: the files (MLX's *_nax.metal need Apple's MetalPerformancePrimitives, which has no
+# simulator), and per file at most this many kernel families, spread over the file.
+MLX_SKIP = "*_nax.metal"
+MLX_FAMILIES_PER_FILE = 12
+# A kernel's family is its name without the dtypes, the functor or reduction op, transposes,
+# alignment and sizes: one template, instantiated many times.
+MLX_DTYPE = r"bool_?|u?int(?:8|16|32|64)|b?float(?:16|32|64)?(?:_t)?|half|complex64(?:_t)?"
+MLX_FAMILY = [(MLX_DTYPE, "T"), (r"[A-Z][a-z][A-Za-z]*", "Op"),
+              (r"(?<=_)(?:and|or|sum|prod|min|max|logaddexp)(?=_|T|$)", "op"), (r"(?<=_)[nt][nt](?=_)", "xx"),
+              (r"[tn]aligned", "aligned"), (r"\d+", "#")]
 
 # Kernels that rely on lockstep: fnmatch pattern -> the pattern and where it is.
 LOCKSTEP: dict[str, str] = {}
@@ -121,7 +137,7 @@ def _value(name: str, dtype: np.dtype, shape: tuple, rng: np.random.Generator, b
 
 def _int_field(name: str, rng: np.random.Generator) -> int:
     """An integer scalar or struct field: llama.cpp's sizes and strides by name, else small."""
-    m = re.fullmatch(r"(ne|nb)[\d_]*(\d)", name)  # ne01, nb1, ne_12_2 (ne12 of a broadcast): the last digit is the dim
+    m = re.fullmatch(r"(ne|nb)\w*?(\d)", name)  # ne01, nb1, ne_12_2, nb_x0, nbq1: the last digit is the dim
     if m:
         return (GGML_NE if m.group(1) == "ne" else GGML_NB)[int(m.group(2))]
     if re.fullmatch(r"ns\d0", name):  # a row stride in elements
@@ -154,12 +170,12 @@ def _launch_inputs(kernel, rng: np.random.Generator) -> tuple[list, dict]:
     return args, tg_memory
 
 
-def _run(kernel, host_args: list, tg_memory: dict) -> list:
+def _run(kernel, host_args: list, tg_memory: dict, threads: int, shuffle: int = 0) -> list:
     """One launch on fresh device copies of the inputs; returns the arrays after it."""
     import metalkit as mk
     args = [mk.asarray(x) if isinstance(x, np.ndarray) and x.ndim else x for x in host_args]
-    kernel(*args, threadgroups=THREADGROUPS, threadgroup=(min(THREADS, kernel.max_threads_per_threadgroup), 1, 1),
-           threadgroup_memory=tg_memory, timeout=TIMEOUT)
+    kernel(*args, threadgroups=THREADGROUPS, threadgroup=threads, threadgroup_memory=tg_memory, shuffle=shuffle,
+           timeout=TIMEOUT)
     return args
 
 
@@ -214,6 +230,53 @@ def _library(spec: dict, names: list[str], execution: str) -> dict:
         return out
 
 
+def _sizes(k) -> list[int]:
+    return list(dict.fromkeys(min(t, k.max_threads_per_threadgroup) for t in THREADS))
+
+
+def _attempt(n: str, kernel, *launch, shuffle: int = 0) -> tuple[list | None, dict | None]:
+    """(the arrays after a launch, None), or (None, the error's record)."""
+    _emit(kernel=n, event="start", model=str(kernel.execution))
+    try:
+        return _run(kernel, *launch, shuffle=shuffle), None
+    except Exception as e:  # recorded by kind; any kind outside EXPECTED fails the sweep
+        return None, _error(e)
+
+
+def _compare(n: str, k, r) -> dict:
+    """Launches kernel ``n`` under both models (k: "auto", r: "threads") at the first threadgroup
+    size (THREADS) that defines its result; the record to emit."""
+    host, tg_memory = _launch_inputs(k, np.random.default_rng(zlib.crc32(n.encode())))
+    first = None  # why the first size did not do
+    for threads in _sizes(k):
+        launch = (host, tg_memory, threads)
+        ours, error = _attempt(n, k, *launch)
+        ref, ref_error = _attempt(n, r, *launch)
+        if error or ref_error:
+            if not (error and ref_error) or {error["kind"], ref_error["kind"]} - set(EXPECTED):
+                return {"status": "one-sided", "errors": [error, ref_error], "threads": threads}
+            first = first or [error, ref_error]
+            if error["kind"] == "timeout":  # garbage sizes, whatever the geometry
+                break
+            continue
+        # Is the result defined? SIMD-groups in another order under "auto", threads under
+        # "threads": if both change it, the kernel reads what no thread wrote, or races.
+        again, error = _attempt(n, k, *launch, shuffle=SHUFFLE)
+        if not error and not _first_difference(k, ours, again):
+            return _verdict(k, ours, ref, threads)
+        again, ref_error = _attempt(n, r, *launch, shuffle=SHUFFLE)
+        if not ref_error and not _first_difference(k, ref, again):
+            return _verdict(k, ours, ref, threads)  # defined, yet "auto" depends on the order: a SIMT bug
+        first = first or [{"kind": "order-dependent", "message": f"{threads} threads: the order of threads changes "
+                                                                 "the result under both models"}] * 2
+    return {"status": "not drivable", "errors": first}
+
+
+def _verdict(k, ours: list, ref: list, threads: int) -> dict:
+    diff = _first_difference(k, ours, ref)
+    return {"status": "differ" if diff else "match", "diff": diff, "threads": threads}
+
+
 def _child(spec: dict) -> None:
     names = spec["kernels"]
     auto = _library(spec, names, "auto")
@@ -224,27 +287,11 @@ def _child(spec: dict) -> None:
             _emit(kernel=n, status="loop")
     for n in sync:
         k, r = auto[n], ref[n]
-        execution = {} if isinstance(k, dict) else {"execution": str(k.execution), "reason": k.execution_reason}
         if isinstance(k, dict) or isinstance(r, dict):
             errors = [k if isinstance(k, dict) else None, r if isinstance(r, dict) else None]
-            _emit(kernel=n, status="not drivable" if all(errors) else "one-sided", errors=errors, **execution)
-            continue
-        host, tg_memory = _launch_inputs(k, np.random.default_rng(zlib.crc32(n.encode())))
-        outs, errors = [], []
-        for kernel in (k, r):
-            _emit(kernel=n, event="start", model=str(kernel.execution))
-            try:
-                outs.append(_run(kernel, host, tg_memory))
-                errors.append(None)
-            except Exception as e:  # recorded by kind; any kind outside EXPECTED fails the sweep
-                outs.append(None)
-                errors.append(_error(e))
-        if any(errors):
-            drivable = all(errors) and all(e["kind"] in EXPECTED + ("timeout",) for e in errors)
-            _emit(kernel=n, status="not drivable" if drivable else "one-sided", errors=errors, **execution)
-            continue
-        diff = _first_difference(k, *outs)
-        _emit(kernel=n, status="differ" if diff else "match", diff=diff, **execution)
+            _emit(kernel=n, status="not drivable" if all(errors) else "one-sided", errors=errors)
+        else:
+            _emit(kernel=n, execution=str(k.execution), reason=k.execution_reason, **_compare(n, k, r))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -292,6 +339,29 @@ def _chunks(names: list[str], size: int) -> list[list[str]]:
     return [names[i:i + size] for i in range(0, len(names), size)]
 
 
+def _mlx_family(name: str) -> str:
+    for pattern, by in MLX_FAMILY:
+        name = re.sub(pattern, by, name)
+    return name
+
+
+def _mlx_sample(names: list[str]) -> list[str]:
+    """Per family the first kernel and one of another dtype, for at most MLX_FAMILIES_PER_FILE
+    families spread over the file."""
+    families = collections.defaultdict(list)
+    for n in names:
+        families[_mlx_family(n)].append(n)
+    chosen = list(families.values())
+    if len(chosen) > MLX_FAMILIES_PER_FILE:
+        chosen = [chosen[i * len(chosen) // MLX_FAMILIES_PER_FILE] for i in range(MLX_FAMILIES_PER_FILE)]
+    sample = []
+    for members in chosen:
+        dtypes = lambda n: re.findall(MLX_DTYPE, n)
+        others = [m for m in members if dtypes(m) != dtypes(members[0])]
+        sample += [members[0]] + others[len(others) // 2:][:1]
+    return sample
+
+
 def _lockstep_reason(name: str) -> str | None:
     return next((why for pattern, why in LOCKSTEP.items() if fnmatch.fnmatchcase(name, pattern)), None)
 
@@ -311,8 +381,8 @@ def _report(label: str, kernels_in_files: int, results: list[dict], seconds: flo
     fibers = collections.Counter(re.sub(r"\s*\(.*\)$", "", r["reason"])
                                  for r in sync if r.get("execution") == "fibers")
     failures = [f"{r['kernel']}: {r['diff']['buffer']}[{r['diff']['element']}] differs "
-                f"(auto {r['diff']['auto']}, threads {r['diff']['threads']}; {r['diff']['count']} elements)"
-                for r in by["differ"]]
+                f"(auto {r['diff']['auto']}, threads {r['diff']['threads']}; {r['diff']['count']} elements differ; "
+                f"{r['threads']} threads per threadgroup)" for r in by["differ"]]
     failures += [f"{r['kernel']}: only one model raised: auto {r['errors'][0]}, threads {r['errors'][1]}"
                  for r in by["one-sided"]]
     failures += [f"{r['kernel']}: {r['detail']}" for r in by["crash"]]
@@ -334,6 +404,27 @@ def test_ggml_kernels_match_the_reference(capsys):
     spec = {"path": str(path), "include_dirs": [], "constants": GGML_CONSTANTS}
     results = _sweep([{**spec, "kernels": chunk} for chunk in _chunks(names, 80)])
     failures = _report("ggml", len(mk.load(path).kernels), results, time.monotonic() - start, capsys)
+    assert not failures, "SIMT differs from the reference model:\n" + "\n".join(failures)
+
+
+def test_mlx_kernels_match_the_reference(capsys):
+    import metalkit as mk
+    root = corpus.require("mlx")
+    start = time.monotonic()
+    files = [f for f in sorted((root / "mlx/backend/metal/kernels").rglob("*.metal"))
+             if not fnmatch.fnmatch(f.name, MLX_SKIP)]
+    specs, total = [], 0
+    for f in files:
+        names = mk.load(f, include_dirs=[root]).kernels
+        total += len(names)
+        specs.append({"path": str(f), "include_dirs": [str(root)], "constants": {}, "kernels": _mlx_sample(names)})
+    limited = set(_limit([n for s in specs for n in s["kernels"]]))
+    specs = [{**s, "kernels": [n for n in s["kernels"] if n in limited]} for s in specs]
+    with capsys.disabled():
+        for s in specs:
+            print(f"\n{Path(s['path']).name}: {', '.join(s['kernels'])}", end="")
+    results = _sweep([s for s in specs if s["kernels"]])
+    failures = _report(f"mlx ({len(files)} files)", total, results, time.monotonic() - start, capsys)
     assert not failures, "SIMT differs from the reference model:\n" + "\n".join(failures)
 
 
