@@ -12,6 +12,7 @@ import pytest
 
 import metalkit as mk
 from conftest import build
+from test_simt import LOCKSTEP  # its `minimal`: lane 0 overwrites what its SIMD-group just read
 
 pytestmark = pytest.mark.parametrize("device", ["cpu"], indirect=True)  # Metal runs the GPU whatever it says
 
@@ -35,15 +36,6 @@ kernel void reduce(device const float* x [[buffer(0)]], device float* out [[buff
     if (t == 0) out[g] = total;
 }
 
-// Lane 0 overwrites what the lanes of its SIMD-group just read: right only in lockstep.
-kernel void lockstep(device float* out [[buffer(0)]], uint l [[thread_index_in_simdgroup]]) {
-    threadgroup float sh[32];
-    sh[l] = 1.0f;
-    simdgroup_barrier(mem_flags::mem_threadgroup);
-    float x = sh[0];
-    if (l == 0) sh[0] = 100.0f;
-    out[l] = x;
-}
 """
 
 
@@ -77,7 +69,7 @@ def test_the_reference_model_shows_reliance_on_lockstep(device):
     outs = {}
     for execution in ["auto", "fibers", "threads"]:
         out = np.zeros(32, np.float32)
-        build(SRC, execution=execution).lockstep(out, grid=32, threadgroup=32)
+        build(LOCKSTEP, execution=execution).minimal(out, grid=32, threadgroup=32)
         outs[execution] = out.tolist()
     assert outs["auto"] == outs["fibers"] == [1.0] * 32
     assert outs["threads"] == [1.0] + [100.0] * 31
