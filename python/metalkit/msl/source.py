@@ -122,7 +122,7 @@ class Source:
                     gap = line[cursor:t.col]
                     parts.append(gap if gap.isspace() else " " * (t.col - cursor))
                     cursor = t.col
-                elif cursor > t.col and parts and _word_end(parts[-1]) and _word_start(text):
+                elif cursor > t.col and parts and _glues(parts[-1], text):
                     parts.append(" ")
                     cursor += 1
                 if positions is not None:  # where its text starts, after what was put before it
@@ -133,12 +133,16 @@ class Source:
         return "".join(parts)
 
 
-def _word_end(s: str) -> bool:
-    return bool(s) and (s[-1].isalnum() or s[-1] == "_")
+_OPERATOR_CHARS = set("+-*/%<>=!&|^:.#")
 
 
-def _word_start(s: str) -> bool:
-    return bool(s) and (s[0].isalnum() or s[0] == "_")
+def _glues(before: str, after: str) -> bool:
+    """Whether ``after`` written right behind ``before`` would read as other tokens (``> =`` as ``>=``)."""
+    if not before or not after:
+        return False
+    a, b = before[-1], after[0]
+    word = lambda c: c.isalnum() or c == "_"
+    return (word(a) and word(b)) or (a in _OPERATOR_CHARS and b in _OPERATOR_CHARS)
 
 
 def match(toks: list[Token], i: int, open_: str, close: str) -> int:
