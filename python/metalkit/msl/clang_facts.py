@@ -114,7 +114,7 @@ def read(dump: dict, text: str, first_line: int) -> Facts:
                 at = span(obj, obj.get("referencedDecl", {}).get("name", ""))
                 if at is not None:
                     edges.append(((), ref, at))
-        elif kind == "CompoundStmt":
+        elif kind in _HOLDS_STATEMENTS:  # a block's statements, and the unbraced body of if, for ...
             for child in node.get("inner", ()):
                 ck = child.get("kind", "")
                 at = pos(child.get("range", {}).get("begin", {}))
@@ -173,6 +173,12 @@ def name_token(span: tuple, positions: dict[Pos, int], toks) -> int | None:
     return i if toks[i].text == name else None
 
 
+# Nodes whose children include statements (an if's condition is among them, where no statement
+# of the source starts).
+_HOLDS_STATEMENTS = {"CompoundStmt", "IfStmt", "ForStmt", "WhileStmt", "DoStmt", "SwitchStmt", "CaseStmt",
+                     "DefaultStmt"}
+
+
 def gather(tc: toolchain.Toolchain, text: str, src_name: str, fast_math: bool, tmp: Path) -> Facts | None:
     """Facts of the pre-passed ``text`` (clang -E output of ``src_name``, rewritten), or None if
     clang cannot parse it against the precompiled headers (the build then reports why)."""
@@ -184,7 +190,7 @@ def gather(tc: toolchain.Toolchain, text: str, src_name: str, fast_math: bool, t
     source.write_text(parts[1])
     cmd, driver = _command(tc, header, source, fast_math)
     proc = toolchain.run(cmd)
-    if not proc.stdout or (proc.returncode != 0 and not (driver and _only_zig_bookkeeping(proc.stderr))):
+    if not proc.stdout or (proc.returncode != 0 and not _complete_despite(proc.stderr, driver)):
         return None
     try:
         dump = json.loads(proc.stdout)
@@ -211,9 +217,11 @@ def _command(tc: toolchain.Toolchain, header: Path, source: Path, fast_math: boo
     return cmd[:cmd.index("-shared")] + ["-fsyntax-only", "-Xclang", "-ast-dump=json", str(source)], True
 
 
-def _only_zig_bookkeeping(stderr: str) -> bool:
-    """zig's driver parses and dumps, then fails to move the object -fsyntax-only never made: its
-    only error."""
+def _complete_despite(stderr: str, driver: bool) -> bool:
+    """Whether the AST is whole although clang failed: its only errors are failed static assertions
+    (an instantiation too large for threadgroup memory, say: its own build reports it) or, from
+    zig's driver, the move of the object -fsyntax-only never made."""
     errors = [line for line in stderr.splitlines() if "error:" in line]
-    return bool(errors) and all("failed to rename" in line for line in errors)
+    return bool(errors) and all("static assertion failed" in line or (driver and "failed to rename" in line)
+                                for line in errors)
 
