@@ -1143,6 +1143,75 @@ def test_a_local_written_through_a_function_pointer(device, model, rng, n, tg):
     np.testing.assert_allclose(out, want, rtol=1e-6)
 
 
+# ---- C++ that real libraries write around SIMD-group functions ---------------------------------
+
+CONSTRUCTS = """
+template <typename T>
+struct Tile {
+    static constant constexpr short kElems = 2;
+    T v[2];
+    template <typename U>
+    U lane_max() const thread { return U(simd_max(v[0])); }
+};
+
+template <typename U>
+struct Sum {
+    // `sizeof(T) < 8` compares inside a template head; the unnamed parameter's `> =` must stay apart.
+    template <typename T, metal::enable_if_t<sizeof(T) < 8, bool> = true>
+    T scan(T val) thread { return simd_prefix_inclusive_sum(val); }
+    template <typename T, metal::enable_if_t<sizeof(T) == 8, bool> = true>
+    T scan(T val) thread { return operator()(val, T(0)); }
+    U operator()(U a, U b) thread { return a + b; }
+    U total(U x) thread { return operator()(simd_sum(x), U(0)); }  // an operator called by its name
+};
+
+struct Holder {
+    Tile<float> tile;
+    float sum() thread {
+        float r = 0.0f;
+        for (short k = 0; k < decltype(tile)::kElems; ++k) r += tile.v[k];  // a member's type
+        return simd_sum(r);
+    }
+};
+
+template <typename T>
+T row_max(thread Tile<T>& t) { return t.template lane_max<T>(); }  // a dependent template member
+
+static void store(device float* out, uint i, float v) { out[i] = simd_broadcast_first(v) + v; }
+
+kernel void constructs(device const float* in [[buffer(0)]], device float* out [[buffer(1)]],
+                       uint i [[thread_position_in_grid]]) {
+    Tile<float> t;
+    t.v[0] = in[i];
+    t.v[1] = 2.0f * in[i];
+    float acc = 0.0f;
+    for (short k = 0; k < decltype(t)::kElems; ++k) acc += t.v[k];  // a local's type
+    using tile_t = decltype(t);
+    acc *= float(tile_t::kElems) / 2.0f;
+    Sum<float> s;
+    Holder h = {t};
+    float v = s.scan(acc) + 1000.0f * s.total(acc) + 10.0f * h.sum() + 100.0f * row_max(t);
+    return store(out, i, v);  // a void result returned from a kernel
+}
+"""
+
+
+@pytest.mark.parametrize("n,tg", [(64, 64), (100, 50), (7, 7)])
+@pytest.mark.parametrize("model", MODELS)
+def test_constructs_of_real_libraries(device, model, rng, n, tg):
+    lib = build_as(CONSTRUCTS, "constructs.metal", model)
+    check_model(lib.constructs, model)
+    x = rng.random(n, dtype=np.float32)
+    out = np.zeros(n, np.float32)
+    lib.constructs(x, out, threadgroup=tg)
+    want = np.zeros(n, np.float64)
+    for a, b in simd_slices(n, tg):
+        acc = 3.0 * x[a:b].astype(np.float64)
+        v = np.cumsum(acc) + 1000.0 * acc.sum() + 10.0 * acc.sum() + 100.0 * x[a:b].max()
+        want[a:b] = v + v[0]
+    np.testing.assert_allclose(out, want, rtol=1e-5)
+
+
 # ---- faults under every execution model --------------------------------------------------------
 
 FAULTS = """

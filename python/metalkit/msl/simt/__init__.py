@@ -239,7 +239,8 @@ class _HelperPlan:
         params = [Var(d.name, "param", d.name_tok, uniform=False, ref=d.ref, pointer="*" in d.type_text,
                       type_text=d.type_text, space=d.space) for d in self.sig.params if d.name]
         self.fn = Function(unit, body, params, sync_names, members if self.method else {}, self.method, ref_params)
-        self.emitter = Emitter(self.fn, False, True)
+        void = [unit.toks[k].text for k in range(self.sig.ret[0], self.sig.ret[1] + 1)] == ["void"]
+        self.emitter = Emitter(self.fn, False, not void)
         self.emitter.sort_and_place()
 
     def prepare(self) -> None:

@@ -166,8 +166,8 @@ class Function:
                     if v is not None:
                         self.name_var[n.last] = v
                         n.var = v
-                    elif w in self.members and not self.members[w] and self.has_this:
-                        self.member_toks.add(n.last)
+                    elif (w in self.members and not self.members[w] or w == "operator") and self.has_this:
+                        self.member_toks.add(n.last)  # `operator()(x)` in a method: this->operator()(x)
 
         def declare(d: sx.Decl):
             for dc in d.declarators:
@@ -209,6 +209,9 @@ class Function:
                 self.has_return_value |= s.value is not None
             elif isinstance(s, sx.Case):
                 expr(s.value)
+            elif isinstance(s, sx.Other):
+                for n in s.names:
+                    expr(n)
             elif isinstance(s, sx.If):
                 expr(s.cond)
                 scopes.append({})

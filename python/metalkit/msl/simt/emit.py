@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from . import syntax as sx
 from .analysis import Function, Info, conflict
 from .syntax import Unsupported
+from ..source import match
 
 LANES = "for (unsigned __l = 0; __l < 32u; ++__l) if (__m >> __l & 1u)"
 # Lane shapes with loops of their own, and when they hold (simt.h's frame::init_positions):
@@ -131,6 +132,12 @@ class Emitter:
                     and fn.name_var.get(i + 2) is not None and fn.name_var[i + 2].lanes:
                 out.append((i, f"mk::simt::unref_t<decltype({self.toks[i + 2].text}[0])>"))
                 i += 4
+                continue
+            elif w == "decltype" and lane is None and self.toks[i + 1].text == "(":
+                # A type is the same for every lane: lane 0's names it.
+                rp = match(self.toks, i + 1, "(", ")")
+                out += [(i, "decltype")] + self.pieces_of(i + 1, rp, "0")
+                i = rp + 1
                 continue
             else:
                 t = self.src.text_of(i)
@@ -377,10 +384,17 @@ class Emitter:
 
     def emit_return_all(self, s: sx.Return) -> None:
         """A return every active lane takes (the context is uniform: no masked structure encloses it)."""
-        code = f"{LANES} __ret->set(__l, {self.expr(s.value, '__l')}); " if s.value is not None else ""
+        code = f"{LANES} {self.result(s)} " if s.value is not None else ""
         if self.is_kernel:
             code += "__f.alive &= ~__m; "
         self.put(s.a, "{ " + code + "return; }")
+
+    def result(self, s: sx.Return) -> str:
+        """Lane __l's part of `return value;`: a kernel's value is void (`return f();`), evaluated only."""
+        if not self.has_result and self.subst.get(s.value.a, (None,))[0] == s.value.b:
+            return ""  # a call of a SIMT function, made already for the active lanes
+        value = self.expr(s.value, "__l")
+        return f"__ret->set(__l, {value});" if self.has_result else f"(void)({value});"
 
     def emit_jump_all(self, s: sx.Jump) -> None:
         """A break or continue every active lane takes."""
@@ -505,7 +519,7 @@ class Emitter:
         elif isinstance(s, sx.Decl):
             self.emit_decl(s, "__l")
         elif isinstance(s, sx.Return):
-            code = f"__ret->set(__l, {self.expr(s.value, '__l')}); " if s.value is not None else ""
+            code = f"{self.result(s)} " if s.value is not None else ""
             self.region_jumps.add("__rt")
             self.put(s.a, f"{{ {code}__rt |= 1u << __l; goto {self.region_end}; }}")
         elif isinstance(s, sx.Jump):
@@ -705,16 +719,17 @@ class Emitter:
             obj = self.expr(f.obj, "__l")
             obj0 = self.expr(f.obj, "0")
             targs = self.render(f.name + 1, f.b, "0") if f.b > f.name else ""
-            callee0 = f"{dep}({obj0}){'->' if f.arrow else '.'}__mk_simt_{name}{targs}"
+            # dep<> makes the object dependent: a template member needs `template`.
+            callee0 = f"{dep}({obj0}){'->' if f.arrow else '.'}{'template ' if targs else ''}__mk_simt_{name}{targs}"
             accs.append(f"[&](unsigned __l) __attribute__((always_inline)) -> decltype(auto) {{ return ({'*' if f.arrow else ''}({obj})); }}")
         elif isinstance(f, sx.Name) and f.last in self.fn.member_toks:
             targs = self.render(f.last + 1, f.b, "0") if f.b > f.last else ""
-            callee0 = f"{dep}(__this[0])->__mk_simt_{name}{targs}"
+            callee0 = f"{dep}(__this[0])->{'template ' if targs else ''}__mk_simt_{name}{targs}"
             accs.append("[&](unsigned __l) __attribute__((always_inline)) -> decltype(auto) { return (*__this[__l]); }")
         elif isinstance(f, sx.Name):
             head = self.render(f.a, f.last - 1, "0") if f.last > f.a else ""
             targs = self.render(f.last + 1, f.b, "0") if f.b > f.last else ""
-            callee0 = f"{head}__mk_simt_{name}{targs}"
+            callee0 = f"{head} __mk_simt_{name}{targs}"  # the space: a head may end in `::template`
         else:
             return "mk::simt::no_twin{}"
         accs += [f"[&](unsigned __l) __attribute__((always_inline)) -> decltype(auto) {{ return ({a}); }}" for a in args]

@@ -114,7 +114,9 @@ def _close_angle(toks, lt: int) -> int:
     depth = 0
     for j in range(lt, len(toks)):
         x = toks[j].text
-        depth += (x == "<") - (x == ">") - 2 * (x == ">>")
+        # A `<` opens template arguments only after a name: `sizeof(T) < 8` compares.
+        opens = x == "<" and (j == lt or toks[j - 1].kind == "id")
+        depth += opens - (x == ">") - 2 * (x == ">>")
         if x in ("(", "["):
             depth += 100
         elif x in (")", "]"):

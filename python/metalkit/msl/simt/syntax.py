@@ -42,6 +42,10 @@ class Name(Expr):
     last: int = 0             # token of the final identifier
     qualified: bool = False   # has `::`
     var: object = None        # the local variable it names (set by analysis)
+    inner: list = field(default_factory=list)  # names in its qualifier: x of `decltype(x)::y`
+
+    def children(self):
+        return list(self.inner)
 
 
 @dataclass(eq=False)
@@ -235,6 +239,7 @@ class Jump(Stmt):
 @dataclass(eq=False)
 class Other(Stmt):
     """typedef / using / static_assert / an empty statement: kept as written."""
+    names: list = field(default_factory=list)  # x of each `decltype(x)`: its per-lane type is named
 
 
 _ASSIGN = {"=", "+=", "-=", "*=", "/=", "%=", "&=", "|=", "^=", "<<=", ">>="}
@@ -401,7 +406,9 @@ class Parser:
                 for k in range(i, semi):
                     if self.kind(k) == "id" and self.t(k + 1) in (";", "=") and (w == "typedef" or k == i + 1):
                         self.local_types[-1].add(self.t(k))
-            return Other(i, semi)
+            names = [Name(k + 2, k + 2, k + 2) for k in range(i, semi - 3) if self.t(k) == "decltype"
+                     and self.t(k + 1) == "(" and self.kind(k + 2) == "id" and self.t(k + 3) == ")"]
+            return Other(i, semi, names)
         if w in ("struct", "class", "union", "enum") and self.kind(i + 1) == "id" and self.t(i + 2) in ("{", ":"):
             raise Unsupported(i, "a class defined inside a function")
         said = self.statements.get(i)
@@ -817,7 +824,13 @@ class Parser:
             return Cast(a, rp, (a + 2, ra - 1), [inner]), rp + 1
         if w in ("decltype", "__underlying_type"):
             rp = self.close(a + 1, "(", ")")
-            return Opaque(a, rp), rp + 1
+            # decltype(x) of a local x: the emitter names its per-lane type.
+            inner = [Name(a + 2, a + 2, a + 2)] if rp == a + 3 and self.kind(a + 2) == "id" else []
+            if self.t(rp + 1) == "::":  # decltype(x)::member
+                e, j = self.name(a, b, rp + 2)
+                e.inner = inner
+                return e, j
+            return Opaque(a, rp, inner), rp + 1
         if w in BUILTIN_TYPES or (k == "id" and self.is_type_name(w) and self.t(a + 1) != "::") or w == "typename":
             end = self.try_type(a)
             if end is not None and self.t(end) in ("(", "{"):
@@ -831,17 +844,22 @@ class Parser:
             return self.name(a, b)
         raise Unsupported(a, f"unexpected '{w}'")
 
-    def name(self, a: int, b: int):
-        j = a
-        qualified = False
+    def name(self, a: int, b: int, after: int | None = None):
+        """The name starting at a; ``after``: where its parts start, past a qualifier such as
+        ``decltype(x)::``."""
+        j = a if after is None else after
+        qualified = after is not None
         if self.t(j) == "::":
             j += 1
             qualified = True
         while True:
             if self.t(j) == "template":
                 j += 1
-            if self.t(j) == "operator":
-                raise Unsupported(j, "operator names")
+            if self.t(j) == "operator":  # operator(), operator[], operator+ ...: named by `operator`
+                k = j + 2 if self.t(j + 1) + self.t(j + 2) in ("()", "[]") else j + 1
+                if self.kind(j + 1) != "punct" or self.t(j + 1) in ("(", "[") and k == j + 1:
+                    raise Unsupported(j, "a conversion operator's name")
+                return Name(a, k, j, qualified), k + 1
             if self.kind(j) != "id":
                 raise Unsupported(j, "a name")
             last = j
