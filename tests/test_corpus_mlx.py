@@ -762,6 +762,48 @@ def recipe_sdpa_vector_2pass(mlx, rng, t, D, B, Hq, Hkv, L, N, causal):
     return [Out(f"{p1name} + {p2name}", out, attention(q, k, v, scale, causal), *tol(t, f32=(1e-4, 1e-5)))]
 
 
+# ---------------------------------------------------------------- steel (matmul.cpp, scaled_dot_product_attention.cpp)
+
+def struct(kernel, param: str, **fields) -> np.ndarray:
+    """A value for the `constant S*` parameter `param` of `kernel`, every field given."""
+    dtype = next(a.dtype for a in kernel.args if a.name == param)
+    assert set(dtype.names) == set(fields), f"{kernel.name}: fields {dtype.names}, given {sorted(fields)}"
+    p = np.zeros((), dtype)
+    for name, value in fields.items():
+        p[name] = value
+    return p
+
+
+@recipe(dict(id="float16-bq32_bk32_bd64-B1H4Hkv2qL45kL70-causal", t="float16", bd=64, B=1, H=4, Hkv=2,
+             qL=45, kL=70, causal=True),
+        dict(id="float32-bq32_bk16_bd128-B2H2Hkv1qL33kL50", t="float32", bd=128, B=2, H=2, Hkv=1,
+             qL=33, kL=50, causal=False),
+        dict(id="float32-bq32_bk32_bd64-B1H2Hkv2qL64kL96-causal", t="float32", bd=64, B=1, H=2, Hkv=2,
+             qL=64, kL=96, causal=True),
+        dict(id="float16-bq32_bk16_bd128-B1H3Hkv3qL17kL16", t="float16", bd=128, B=1, H=3, Hkv=3,
+             qL=17, kL=16, causal=False))
+def recipe_steel_attention(mlx, rng, t, bd, B, H, Hkv, qL, kL, causal):
+    # sdpa_full_self_attention_metal without NAX, mask or sinks: bq 32, bk 32 below a head size of 128 else
+    # 16, 4 simdgroups along the queries; align_Q/align_K whether qL, kL are multiples of bq, bk. Strides of
+    # contiguous (B, H, L, D) arrays; threadgroups (NQ, H, B) of (32, wm, wn). The kernel's name carries the
+    # mask type, the query's without a mask.
+    bq, bk, wm, wn = 32, 32 if bd < 128 else 16, 4, 1
+    name = f"steel_attention_{t}_bq{bq}_bk{bk}_bd{bd}_wm{wm}_wn{wn}_mask{t}"
+    kern = mlx("steel/attn/kernels/steel_attention.metal", name,
+               {"align_Q": qL % bq == 0, "align_K": kL % bk == 0, "has_mask": False, "do_causal": causal,
+                "has_sinks": False})
+    q, k, v = sdpa_inputs(rng, t, B, H, Hkv, qL, kL, bd)
+    o = np.empty_like(q)
+    scale = 1 / np.sqrt(bd)
+    nq, nk = -(-qL // bq), -(-kL // bk)
+    strides = lambda x: [st // x.itemsize for st in x.strides[:3]]
+    params = struct(kern, "params", B=B, H=H, D=bd, qL=qL, kL=kL, gqa_factor=H // Hkv, scale=scale, NQ=nq, NK=nk,
+                    NQ_aligned=qL // bq, NK_aligned=kL // bk, qL_rem=qL % bq, kL_rem=kL % bk, qL_off=kL - qL,
+                    Q_strides=strides(q), K_strides=strides(k), V_strides=strides(v), O_strides=strides(o))
+    kern(Q=q, K=k, V=v, O=o, params=params, threadgroups=(nq, H, B), threadgroup=(32, wm, wn))
+    return [Out(name, o, attention(q, k, v, scale, causal), *tol(t, f32=(1e-4, 1e-5)))]
+
+
 # ---------------------------------------------------------------- binary, unary, copy, arange
 
 @recipe(dict(id="vv_Add-float32-1001", name="vv_Addfloat32", n=1001, t="float32", op=np.add),
