@@ -762,6 +762,83 @@ def recipe_sdpa_vector_2pass(mlx, rng, t, D, B, Hq, Hkv, L, N, causal):
     return [Out(f"{p1name} + {p2name}", out, attention(q, k, v, scale, causal), *tol(t, f32=(1e-4, 1e-5)))]
 
 
+# ---------------------------------------------------------------- steel (matmul.cpp, scaled_dot_product_attention.cpp)
+
+def struct(kernel, param: str, **fields) -> np.ndarray:
+    """A value for the `constant S*` parameter `param` of `kernel`, every field given."""
+    dtype = next(a.dtype for a in kernel.args if a.name == param)
+    assert set(dtype.names) == set(fields), f"{kernel.name}: fields {dtype.names}, given {sorted(fields)}"
+    p = np.zeros((), dtype)
+    for name, value in fields.items():
+        p[name] = value
+    return p
+
+
+@recipe(dict(id="nn-float32-bm64_bn32_bk32_wm2_wn2-B2M70N45K53", t="float32", ta=False, tb=False,
+             tiles=(64, 32, 32, 2, 2), batch=2, m=70, n=45, k=53),
+        dict(id="nt-float32-bm32_bn64_bk16_wm1_wn2-M64N128K48", t="float32", ta=False, tb=True,
+             tiles=(32, 64, 16, 1, 2), batch=1, m=64, n=128, k=48),
+        dict(id="nn-float16-bm64_bn64_bk16_wm1_wn2-M100N77K40", t="float16", ta=False, tb=False,
+             tiles=(64, 64, 16, 1, 2), batch=1, m=100, n=77, k=40),
+        dict(id="nt-float16-bm64_bn32_bk32_wm2_wn2-B3M33N96K96", t="float16", ta=False, tb=True,
+             tiles=(64, 32, 32, 2, 2), batch=3, m=33, n=96, k=96))
+def recipe_steel_gemm(mlx, rng, t, ta, tb, tiles, batch, m, n, k):
+    # steel_matmul_regular_axpby without an addend (C, alpha, beta unused): tiles as GEMM_TPARAM_MACRO picks
+    # them for a device of class 'd' and a small matmul; align_M/N/K whether M, N, K are multiples of
+    # bm, bn, bk. A batch of contiguous matrices (batch_shape of one axis: has_batch false) is grid.z with
+    # batch strides M*K, K*N (or N*K), M*N. No swizzle: threadgroups (tiles_n, tiles_m, batch) of (32, wn, wm).
+    bm, bn, bk, wm, wn = tiles
+    name = (f"steel_gemm_fused_{'t' if ta else 'n'}{'t' if tb else 'n'}_{t}_{t}"
+            f"_bm{bm}_bn{bn}_bk{bk}_wm{wm}_wn{wn}")
+    kern = mlx("steel/gemm/kernels/steel_gemm_fused.metal", name,
+               {"has_batch": False, "use_out_source": False, "do_axpby": False,
+                "align_M": m % bm == 0, "align_N": n % bn == 0, "align_K": k % bk == 0})
+    dt = FLOATS[t]
+    a = randn(rng, (batch, k, m) if ta else (batch, m, k), dt)
+    b = randn(rng, (batch, n, k) if tb else (batch, k, n), dt)
+    d = np.empty((batch, m, n), dt)
+    tn, tm = -(-n // bn), -(-m // bm)
+    params = struct(kern, "params", M=m, N=n, K=k, lda=a.shape[2], ldb=b.shape[2], ldd=n, tiles_n=tn, tiles_m=tm,
+                    batch_stride_a=m * k, batch_stride_b=n * k, batch_stride_d=m * n, swizzle_log=0,
+                    gemm_k_iterations_aligned=k // bk, batch_ndim=1)
+    # buffers behind a false function constant (C, addmm_params, batch_shape, batch_strides) are not parameters
+    kern(A=a, B=b, D=d, params=params, threadgroups=(tn, tm, batch), threadgroup=(32, wn, wm))
+    a64, b64 = f64(a), f64(b)
+    want = (a64.transpose(0, 2, 1) if ta else a64) @ (b64.transpose(0, 2, 1) if tb else b64)
+    r, at = tol(t, f32=(1e-5, 1e-5))
+    return [Out(name, d, want, r, at * np.sqrt(k))]
+
+
+@recipe(dict(id="float16-bq32_bk32_bd64-B1H4Hkv2qL45kL70-causal", t="float16", bd=64, B=1, H=4, Hkv=2,
+             qL=45, kL=70, causal=True),
+        dict(id="float32-bq32_bk16_bd128-B2H2Hkv1qL33kL50", t="float32", bd=128, B=2, H=2, Hkv=1,
+             qL=33, kL=50, causal=False),
+        dict(id="float32-bq32_bk32_bd64-B1H2Hkv2qL64kL96-causal", t="float32", bd=64, B=1, H=2, Hkv=2,
+             qL=64, kL=96, causal=True),
+        dict(id="float16-bq32_bk16_bd128-B1H3Hkv3qL17kL16", t="float16", bd=128, B=1, H=3, Hkv=3,
+             qL=17, kL=16, causal=False))
+def recipe_steel_attention(mlx, rng, t, bd, B, H, Hkv, qL, kL, causal):
+    # sdpa_full_self_attention_metal without NAX, mask or sinks: bq 32, bk 32 below a head size of 128 else
+    # 16, 4 simdgroups along the queries; align_Q/align_K whether qL, kL are multiples of bq, bk. Strides of
+    # contiguous (B, H, L, D) arrays; threadgroups (NQ, H, B) of (32, wm, wn). The kernel's name carries the
+    # mask type, the query's without a mask.
+    bq, bk, wm, wn = 32, 32 if bd < 128 else 16, 4, 1
+    name = f"steel_attention_{t}_bq{bq}_bk{bk}_bd{bd}_wm{wm}_wn{wn}_mask{t}"
+    kern = mlx("steel/attn/kernels/steel_attention.metal", name,
+               {"align_Q": qL % bq == 0, "align_K": kL % bk == 0, "has_mask": False, "do_causal": causal,
+                "has_sinks": False})
+    q, k, v = sdpa_inputs(rng, t, B, H, Hkv, qL, kL, bd)
+    o = np.empty_like(q)
+    scale = 1 / np.sqrt(bd)
+    nq, nk = -(-qL // bq), -(-kL // bk)
+    strides = lambda x: [st // x.itemsize for st in x.strides[:3]]
+    params = struct(kern, "params", B=B, H=H, D=bd, qL=qL, kL=kL, gqa_factor=H // Hkv, scale=scale, NQ=nq, NK=nk,
+                    NQ_aligned=qL // bq, NK_aligned=kL // bk, qL_rem=qL % bq, kL_rem=kL % bk, qL_off=kL - qL,
+                    Q_strides=strides(q), K_strides=strides(k), V_strides=strides(v), O_strides=strides(o))
+    kern(Q=q, K=k, V=v, O=o, params=params, threadgroups=(nq, H, B), threadgroup=(32, wm, wn))
+    return [Out(name, o, attention(q, k, v, scale, causal), *tol(t, f32=(1e-4, 1e-5)))]
+
+
 # ---------------------------------------------------------------- binary, unary, copy, arange
 
 @recipe(dict(id="vv_Add-float32-1001", name="vv_Addfloat32", n=1001, t="float32", op=np.add),
@@ -861,14 +938,31 @@ def run(name: str, execution: str) -> list[Out]:
     return value
 
 
-@pytest.mark.parametrize("execution", EXECUTIONS)
-@pytest.mark.parametrize("name", list(RECIPES))
+# Recipe families (the recipe's name before "[") that the default model does not yet run, for a fault
+# established in metalkit's SIMT pass: the reason. Their "auto" runs, and so the comparison of the two
+# models, are expected to fail; "threads" still runs and is checked against numpy.
+SIMT_FAULTS = {
+    "steel_gemm": "SIMT emits C++ that does not compile for steel_gemm_fused: decltype(Ctile_r)::kElemsPerTile "
+                  "in the complex64 BlockMMA (steel/gemm/mma.h) becomes decltype(__this[None]->Ctile_r), and the "
+                  "kernel's `return mma_op.store_result(...);` (a void expression, steel_gemm_fused.h:204, 238, "
+                  "273, 308) becomes __ret->set(...) in a kernel that has no __ret",
+}
+
+
+def simt_fault(name: str, execution: str = "auto"):
+    """The marks of a test of recipe `name` that runs `execution`: xfail where SIMT_FAULTS names its family."""
+    reason = SIMT_FAULTS.get(name.split("[")[0])
+    return [pytest.mark.xfail(strict=True, reason=reason)] if reason and execution == "auto" else []
+
+
+@pytest.mark.parametrize(("name", "execution"), [pytest.param(name, execution, marks=simt_fault(name, execution))
+                                                 for name in RECIPES for execution in EXECUTIONS])
 def test_mlx_kernel(name, execution):
     for out in run(name, execution):
         out.check()
 
 
-@pytest.mark.parametrize("name", list(RECIPES))
+@pytest.mark.parametrize("name", [pytest.param(name, marks=simt_fault(name)) for name in RECIPES])
 def test_mlx_models_agree(name):
     """The default model and the reference model give the same bits."""
     for a, t in zip(run(name, "auto"), run(name, "threads")):
