@@ -938,31 +938,13 @@ def run(name: str, execution: str) -> list[Out]:
     return value
 
 
-# Recipe families (the recipe's name before "[") that the default model does not yet run, for a fault
-# established in metalkit's SIMT pass: the reason. Their "auto" runs, and so the comparison of the two
-# models, are expected to fail; "threads" still runs and is checked against numpy.
-SIMT_FAULTS = {
-    "steel_gemm": "SIMT emits C++ that does not compile for steel_gemm_fused: decltype(Ctile_r)::kElemsPerTile "
-                  "in the complex64 BlockMMA (steel/gemm/mma.h) becomes decltype(__this[None]->Ctile_r), and the "
-                  "kernel's `return mma_op.store_result(...);` (a void expression, steel_gemm_fused.h:204, 238, "
-                  "273, 308) becomes __ret->set(...) in a kernel that has no __ret",
-}
-
-
-def simt_fault(name: str, execution: str = "auto"):
-    """The marks of a test of recipe `name` that runs `execution`: xfail where SIMT_FAULTS names its family."""
-    reason = SIMT_FAULTS.get(name.split("[")[0])
-    return [pytest.mark.xfail(strict=True, reason=reason)] if reason and execution == "auto" else []
-
-
-@pytest.mark.parametrize(("name", "execution"), [pytest.param(name, execution, marks=simt_fault(name, execution))
-                                                 for name in RECIPES for execution in EXECUTIONS])
+@pytest.mark.parametrize(("name", "execution"), [(name, execution) for name in RECIPES for execution in EXECUTIONS])
 def test_mlx_kernel(name, execution):
     for out in run(name, execution):
         out.check()
 
 
-@pytest.mark.parametrize("name", [pytest.param(name, marks=simt_fault(name)) for name in RECIPES])
+@pytest.mark.parametrize("name", RECIPES)
 def test_mlx_models_agree(name):
     """The default model and the reference model give the same bits."""
     for a, t in zip(run(name, "auto"), run(name, "threads")):

@@ -118,14 +118,18 @@ MLX_CONSTANTS = {
 }
 
 # Kernels that rely on lockstep: fnmatch pattern -> the pattern and where it is.
-LOCKSTEP: dict[str, str] = {}
+LOCKSTEP: dict[str, str] = {
+    "kernel_flash_attn_ext_vec_*_dk[125]*": "every lane reads ss[0..31] (P*V of the last KV block, "
+                                           "ggml-metal.metal:7691), then lane 0 stores S and M into ss[0..1] "
+                                           "(7773-7776) with no barrier between when each lane holds one head "
+                                           "element (dk 128, 256, 512); test_corpus_ggml.py shows threads wrong "
+                                           "and auto right against numpy",
+}
 
 # Differences seen and not yet explained or fixed: fnmatch pattern -> what is known. Each is
 # reported on every run, never counted as a match; any other difference fails. Remove an entry
 # once it is explained (LOCKSTEP) or fixed.
 KNOWN: dict[str, str] = {
-    "kernel_flash_attn_ext_vec_*_dk[125]*": "only dk/dv 128, 256 and 512 (dk64 matches): values far off under "
-                                           "threads, plausible under auto; lockstep reliance suspected, not confirmed",
     "kernel_group_norm_f32": "at 64 threads, twice its host's 32: phase 2 zeroes `buf` with no barrier after the "
                              "other SIMD-group's read; not shown to be the cause",
     "kernel_ssm_scan_f32": "under threads an integer division by zero (random n_group > n_head) raises SIGFPE, "
@@ -139,8 +143,6 @@ KNOWN: dict[str, str] = {
     "bluestein_fft_mem_256_*": "one element differs; not explained",
     "strided_scan_reverse_exclusive_max_uint16_uint16": "one element differs; not explained",
     "gemv_t_outmask_bool__opmask_nomask_float16_*": "faults under auto only; not explained",
-    "steel_attention.metal": "the SIMT pass writes `template__mk_simt_row_reduce` for a `.template` member call, "
-                             "which does not compile",
 }
 
 # Launch errors that make a kernel not drivable when both models raise them.
