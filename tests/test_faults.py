@@ -39,6 +39,17 @@ kernel void wild_write(device float* x [[buffer(0)]], uint i [[thread_position_i
     x[i + 0x40000000u] = 1;
 }
 
+kernel void divide(device const int* a [[buffer(0)]], device const int* b [[buffer(1)]], device int* q [[buffer(2)]],
+                   uint i [[thread_position_in_grid]]) {
+    q[i] = a[i] / b[i];
+}
+
+kernel void divide_then_sum(device const int* a [[buffer(0)]], device const int* b [[buffer(1)]],
+                            device int* q [[buffer(2)]], uint i [[thread_position_in_grid]]) {
+    const int v = a[i] % b[i];
+    q[i] = simd_sum(v);
+}
+
 kernel void deep_stack(device float* x [[buffer(0)]], uint i [[thread_position_in_grid]],
                        uint l [[thread_position_in_threadgroup]]) {
     float big[200000];
@@ -95,6 +106,31 @@ def test_wild_write_is_a_fault_and_the_process_survives(device):
     out = np.zeros(5, np.float32)
     mk.run("add_arrays", a, a, out)  # everything still works
     assert out.tolist() == [0, 2, 4, 6, 8]
+
+
+@pytest.mark.parametrize("name,execution", [("divide", "auto"), ("divide_then_sum", "threads"),
+                                            ("divide_then_sum", "fibers")])
+def test_integer_division_by_zero_is_a_fault_and_the_next_launch_runs(device, rng, name, execution):
+    # x86 traps where a GPU gives an undefined value: a thread that really divides by 0 is reported.
+    lib = build(SRC, filename="faults.metal", execution=execution)
+    a = rng.integers(-100, 100, 70).astype(np.int32)
+    b = rng.integers(1, 9, 70).astype(np.int32)
+    b[37] = 0
+    q = np.zeros(70, np.int32)
+    with pytest.raises(mk.KernelFault, match=rf"kernel '{name}' \(faults.metal:\d+\): integer division by zero "
+                                             r"\(or of the most negative value by -1\) in threadgroup \(0, 0, 0\)") as e:
+        getattr(lib, name)(a, b, q, threadgroup=64)
+    if name == "divide":  # a plain kernel's thread is found, and its line
+        assert "thread 37 at (37, 0, 0) in its threadgroup, at faults.metal:36" in str(e.value)
+    b[37] = 3
+    getattr(lib, name)(a, b, q, threadgroup=64)
+    quotient = np.fix(a / b).astype(np.int32)
+    if name == "divide":
+        want = quotient
+    else:
+        rem = a - quotient * b
+        want = np.concatenate([np.full(hi - lo, rem[lo:hi].sum()) for lo, hi in ((0, 32), (32, 64), (64, 70))])
+    np.testing.assert_array_equal(q, want)
 
 
 def test_fiber_stack_overflow(device):

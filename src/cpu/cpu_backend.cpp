@@ -237,6 +237,11 @@ Fault run_trapped(const mk_kernel_info& k, const mk_dispatch& d, uint64_t first,
                      "locals together); use smaller per-thread arrays";
     return f;
   }
+  if (trap.signal == SIGFPE) {
+    f.what = "integer division by zero (or of the most negative value by -1) in " + where;
+    f.advice = "; MSL leaves the result undefined (a GPU gives some value, the processor stops): check the divisor";
+    return f;
+  }
   char addr[32];
   std::snprintf(addr, sizeof addr, "0x%llx", (unsigned long long)trap.address);
   // x86 reports an access at a non-canonical address (beyond the 47 or 56 bits

@@ -17,11 +17,11 @@
 namespace mk {
 namespace {
 
-struct sigaction previous_segv, previous_bus;
+struct sigaction previous_segv, previous_bus, previous_fpe;
 
 // Not ours: hand the signal to whoever handled it before us.
 void pass_on(int sig, siginfo_t* info, void* uctx) {
-  const struct sigaction& prev = sig == SIGSEGV ? previous_segv : previous_bus;
+  const struct sigaction& prev = sig == SIGSEGV ? previous_segv : sig == SIGBUS ? previous_bus : previous_fpe;
   if (prev.sa_flags & SA_SIGINFO) {
     prev.sa_sigaction(sig, info, uctx);
     return;
@@ -107,6 +107,7 @@ void prepare_fault_handling() {
     sigemptyset(&sa.sa_mask);
     sigaction(SIGSEGV, &sa, &previous_segv);
     sigaction(SIGBUS, &sa, &previous_bus);
+    sigaction(SIGFPE, &sa, &previous_fpe);  // x86 traps an integer division by 0; a GPU does not
   });
   // Per thread, freed when the thread ends (Python threads come and go).
   struct AltStack {

@@ -1,4 +1,4 @@
-// Faults while a kernel runs: a memory fault (SIGSEGV/SIGBUS) in kernel code,
+// Faults while a kernel runs: a memory fault (SIGSEGV/SIGBUS) or an integer division trap (SIGFPE) in kernel code,
 // a fiber stack overflow, or a fault the runtime finds (divergent barrier).
 // Each worker arms a trap around the code it runs; a fault jumps back to it
 // and the dispatch raises KernelFault instead of taking the process down.
@@ -26,7 +26,7 @@ struct FaultTrap {
   bool stopped = false;
 };
 
-// Installs the process-wide SIGSEGV/SIGBUS handlers once (chaining to the
+// Installs the process-wide SIGSEGV/SIGBUS/SIGFPE handlers once (chaining to the
 // previous ones) and gives this thread an alternate signal stack, so a stack
 // overflow can be reported.
 void prepare_fault_handling();
