@@ -132,8 +132,8 @@ LOCKSTEP: dict[str, str] = {
 KNOWN: dict[str, str] = {
     "kernel_group_norm_f32": "at 64 threads, twice its host's 32: phase 2 zeroes `buf` with no barrier after the "
                              "other SIMD-group's read; not shown to be the cause",
-    "kernel_ssm_scan_f32": "under threads an integer division by zero (random n_group > n_head) raises SIGFPE, "
-                           "which the per-thread model does not turn into a KernelFault",
+    "kernel_ssm_scan_f32": "random sizes (n_group > n_head) make a thread divide by zero: threads reports it "
+                           "as a KernelFault, SIMT's division gives 0 (it divides for lanes the C++ would not)",
     "winograd_conv_2d_output_transform_*": "written for 4 SIMD-groups: at 32 threads part of its threadgroup array "
                                            "is never written, stale memory the launch check misses",
     **dict.fromkeys(("layer_normfloat32", "layer_normbfloat16", "vjp_layer_normfloat32", "vjp_layer_normbfloat16"),
