@@ -139,7 +139,6 @@ KNOWN: dict[str, str] = {
     **dict.fromkeys(("layer_normfloat32", "layer_normbfloat16", "vjp_layer_normfloat32", "vjp_layer_normbfloat16"),
                     "MLX's single-row layer norm indexes its per-thread array below 0 for lanes past the row: the "
                     "reference model faults there, SIMT reads on"),
-    "*gather_qmv_*": "the gather variants of quantized mat-vec differ (the plain ones match); not explained",
     "bluestein_fft_mem_256_*": "one element differs; not explained",
     "strided_scan_reverse_exclusive_max_uint16_uint16": "one element differs; not explained",
     "gemv_t_outmask_bool__opmask_nomask_float16_*": "faults under auto only; not explained",

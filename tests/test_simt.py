@@ -1193,6 +1193,15 @@ kernel void constructs(device const float* in [[buffer(0)]], device float* out [
     float v = s.scan(acc) + 1000.0f * s.total(acc) + 10.0f * h.sum() + 100.0f * row_max(t);
     return store(out, i, v);  // a void result returned from a kernel
 }
+
+// A helper that moves pointer parameters through references: `const device T*&` is writable.
+static void advance(const device float*& p, device float*& q, uint k) { p += k; q += k; }
+
+kernel void moved_pointers(device const float* in [[buffer(0)]], device float* out [[buffer(1)]],
+                           uint3 group [[threadgroup_position_in_grid]], uint l [[thread_index_in_simdgroup]]) {
+    advance(in, out, group.x * 32);
+    out[l] = simd_sum(in[l]);
+}
 """
 
 
@@ -1209,6 +1218,18 @@ def test_constructs_of_real_libraries(device, model, rng, n, tg):
         acc = 3.0 * x[a:b].astype(np.float64)
         v = np.cumsum(acc) + 1000.0 * acc.sum() + 10.0 * acc.sum() + 100.0 * x[a:b].max()
         want[a:b] = v + v[0]
+    np.testing.assert_allclose(out, want, rtol=1e-5)
+
+
+@pytest.mark.parametrize("groups", [1, 3])
+@pytest.mark.parametrize("model", MODELS)
+def test_pointers_moved_through_reference_parameters(device, model, rng, groups):
+    lib = build_as(CONSTRUCTS, "constructs.metal", model)
+    check_model(lib.moved_pointers, model)
+    x = rng.random(32 * groups, dtype=np.float32)
+    out = np.zeros_like(x)
+    lib.moved_pointers(x, out, grid=(32 * groups, 1, 1), threadgroup=32)
+    want = np.repeat(x.reshape(groups, 32).sum(axis=1, dtype=np.float32), 32)
     np.testing.assert_allclose(out, want, rtol=1e-5)
 
 

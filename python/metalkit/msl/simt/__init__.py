@@ -156,7 +156,7 @@ def _ref_params(unit: Unit, by_name: dict) -> dict[str, set[int]]:
             except (Unsupported, IndexError):
                 continue
             for i, p in enumerate(params):
-                if p.ref and not p.type_text.startswith("const"):
+                if functions.writable_ref(p):
                     out.setdefault(name, set()).add(i)
     return out
 

@@ -203,6 +203,17 @@ def parameters(unit: Unit, lparen: int, rparen: int) -> list[ParamDecl]:
     return out
 
 
+def writable_ref(p: ParamDecl) -> bool:
+    """Whether a parameter is a reference through which its callee may write the argument: not a
+    reference to const (`const T*&` refers to a pointer the callee may move; `T* const&` does not)."""
+    if not p.ref:
+        return False
+    words = p.type_text.replace("*", " * ").replace("&", " & ").split()
+    referred = words[:words.index("&")]
+    stars = [k for k, w in enumerate(referred) if w == "*"]
+    return "const" not in referred[stars[-1] + 1:] if stars else "const" not in referred
+
+
 _TYPE_TAIL = {"const", "volatile", "int", "float", "half", "short", "long", "char", "unsigned", "bool", "uint",
               "ushort", "uchar", "ulong", "bfloat", "restrict", "__restrict"}
 
