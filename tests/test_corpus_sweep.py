@@ -139,9 +139,6 @@ KNOWN: dict[str, str] = {
     **dict.fromkeys(("layer_normfloat32", "layer_normbfloat16", "vjp_layer_normfloat32", "vjp_layer_normbfloat16"),
                     "MLX's single-row layer norm indexes its per-thread array below 0 for lanes past the row: the "
                     "reference model faults there, SIMT reads on"),
-    "bluestein_fft_mem_256_*": "one element differs; not explained",
-    "strided_scan_reverse_exclusive_max_uint16_uint16": "one element differs; not explained",
-    "gemv_t_outmask_bool__opmask_nomask_float16_*": "faults under auto only; not explained",
 }
 
 # Launch errors that make a kernel not drivable when both models raise them.
@@ -471,10 +468,13 @@ def _report(label: str, kernels_in_files: int, results: list[dict], seconds: flo
               f"{len(launched)} launched, {len(by['match'])} bit for bit, {len(by['lockstep'])} rely on lockstep, "
               f"{len(by['known'])} known differences, {len(failures)} failed; not drivable: {len(by['not drivable'])} {dict(undrivable)}; "
               f"on the fallback (fibers): {sum(fibers.values())} {dict(fibers)}; {seconds:.0f} s")
-        for r in by["lockstep"]:
-            print(f"  relies on lockstep: {r['kernel']}: {_lockstep_reason(r['kernel'])}")
-        for r in by["known"]:
-            print(f"  known difference: {r['kernel']}: {_known(r['kernel'])}")
+        for label, status, why in (("relies on lockstep", "lockstep", _lockstep_reason),
+                                   ("known difference", "known", _known)):
+            grouped = collections.defaultdict(list)
+            for r in by[status]:
+                grouped[why(r["kernel"])].append(r["kernel"])
+            for reason, names in grouped.items():
+                print(f"  {label} ({len(names)}: {', '.join(names)}): {reason}")
     return failures
 
 

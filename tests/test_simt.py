@@ -1194,6 +1194,26 @@ kernel void constructs(device const float* in [[buffer(0)]], device float* out [
     return store(out, i, v);  // a void result returned from a kernel
 }
 
+// SIMD-group functions passed as template arguments, to an overloaded helper template and through
+// it to a kernel template, as llama.cpp's mat-vec kernels for mixtures of experts are built.
+typedef float (reduce_fn_t)(float);
+typedef float (reduce2_fn_t)(float, float);
+static float group_total(float v) { return simd_sum(v); }
+static float group_top(float v) { return simd_max(v); }
+template <reduce_fn_t f> float twice_of(float v) { return 2.0f * f(v); }
+template <reduce2_fn_t f> float twice_of(float v) { return 2.0f * f(v, v); }
+typedef decltype(twice_of<group_total>) twice_t;
+
+template <twice_t op>
+kernel void reduce_with(device const float* in [[buffer(0)]], device float* out [[buffer(1)]],
+                        uint i [[thread_position_in_grid]]) {
+    out[i] = op(in[i]) + 1.0f;
+}
+template [[host_name("reduce_total")]] kernel void reduce_with<twice_of<group_total>>(device const float*,
+                                                                                     device float*, uint);
+template [[host_name("reduce_top")]] kernel void reduce_with<twice_of<group_top>>(device const float*,
+                                                                                 device float*, uint);
+
 // A helper that moves pointer parameters through references: `const device T*&` is writable.
 static void advance(const device float*& p, device float*& q, uint k) { p += k; q += k; }
 
@@ -1219,6 +1239,22 @@ def test_constructs_of_real_libraries(device, model, rng, n, tg):
         v = np.cumsum(acc) + 1000.0 * acc.sum() + 10.0 * acc.sum() + 100.0 * x[a:b].max()
         want[a:b] = v + v[0]
     np.testing.assert_allclose(out, want, rtol=1e-5)
+
+
+@pytest.mark.parametrize("n,tg", [(64, 64), (100, 50), (7, 7)])
+@pytest.mark.parametrize("model", MODELS)
+def test_simd_functions_passed_as_template_arguments(device, model, rng, n, tg):
+    lib = build_as(CONSTRUCTS, "constructs.metal", model)
+    x = rng.random(n, dtype=np.float32)
+    for name, reduce in (("reduce_total", np.sum), ("reduce_top", np.max)):
+        kernel = getattr(lib, name)
+        check_model(kernel, model)
+        out = np.zeros(n, np.float32)
+        kernel(x, out, threadgroup=tg)
+        want = np.zeros(n, np.float32)
+        for a, b in simd_slices(n, tg):
+            want[a:b] = 2.0 * reduce(x[a:b].astype(np.float64)) + 1.0
+        np.testing.assert_allclose(out, want, rtol=1e-5, err_msg=name)
 
 
 @pytest.mark.parametrize("groups", [1, 3])

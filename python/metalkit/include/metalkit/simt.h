@@ -249,3 +249,11 @@ __MK_F void barrier(frame& f, unsigned m, const char* file, int line, int column
 }  // namespace simt
 template <class T> using lanes = simt::lanes<T>;
 }  // namespace mk
+
+// The SIMT twin of a function passed as a template argument (a function pointer has no name to
+// find its twin by): the front end specialises this for each such function f, with `call`
+// declared like f's twin, when F == f (the cast to F's type picks f's overload, and a failed
+// cast leaves the specialisation out). Unspecialised, a call through F is a call per lane.
+template <bool B> struct __mk_when {};
+template <> struct __mk_when<true> { typedef void type; };
+template <auto F, class = void> struct __mk_fn_twin {};

@@ -93,15 +93,22 @@ def transform(unit: Unit, reach: Reach, text: str, head: int = 0) -> None:
                 helpers[id(f)] = plan
             except Unsupported as e:
                 failed.setdefault(name, where(e))
-    # Kernels: SIMT unless something they reach cannot be, or they take SIMT functions as
-    # template arguments (called through a pointer the transform cannot follow).
+    # Kernels: SIMT unless something they reach cannot be. A SIMT function passed as a template
+    # argument is called through a pointer: its twin is found through __mk_fn_twin (simt.h).
     why: dict[str, str] = {}
+    twins_of_args: dict[str, int] = {}  # a specialisation of __mk_fn_twin -> the token it goes before
     for k in sync_kernels:
         passed = sorted({t.text for t in unit.toks[k.targs[0]:k.targs[1] + 1] if t.text in sync_names})
         bad = sorted(n for n in reachable(k.function) if n in failed)
-        if passed:
+        if passed and (unit.call_sync is None or k.pointer.count("::") > 1):
+            # Without clang's facts a call through the pointer is not known to be one; in a
+            # namespace the specialisation cannot be declared where the instantiation is.
             why[k.host_name] = (f"fibers: it calls '{passed[0]}', passed as a template argument, through a "
                                 "function pointer")
+        elif passed and not bad:  # (with a helper failed, no twins are written: see below)
+            at = _statement_start(unit, k.targs[0])
+            for text in _fn_twins(unit, k.targs, sync_names):
+                twins_of_args.setdefault(text, at)
         elif bad:
             why[k.host_name] = f"fibers: {failed[bad[0]]}"
     kernels_of: dict[str, list[Kernel]] = {}
@@ -132,6 +139,47 @@ def transform(unit: Unit, reach: Reach, text: str, head: int = 0) -> None:
                 steps.insert(unit, f)
     for plan in helpers.values():
         plan.apply()
+    for text, at in twins_of_args.items():
+        unit.src.insert_before(at, text + " ")
+
+
+def _statement_start(unit: Unit, i: int) -> int:
+    """The first token of the declaration holding token i."""
+    while i > 0 and unit.toks[i - 1].text not in (";", "}", "{"):
+        i -= 1
+    return i
+
+
+def _fn_twins(unit: Unit, targs: tuple[int, int], sync_names: set[str]) -> list[str]:
+    """Partial specialisations of __mk_fn_twin (simt.h) for the SIMT functions among a kernel
+    instantiation's template arguments (and theirs): `f<A>` gets `call`, declared as its twin
+    `__mk_simt_f<A>`."""
+    words: list[str] = []
+    for t in unit.toks[targs[0]:targs[1] + 1]:
+        words += [">", ">"] if t.text == ">>" else [t.text]  # `f<g<int>>`: each template-id closes alone
+
+    def close(j: int) -> int:  # the `>` closing the `<` at j
+        depth = 0
+        for k in range(j, len(words)):
+            depth += {"<": 1, ">": -1, "(": 100, ")": -100}.get(words[k], 0)
+            if depth == 0:
+                return k
+        return len(words) - 1
+    out = []
+    for j, w in enumerate(words):
+        if w not in sync_names or (j + 1 < len(words) and words[j + 1] == "("):
+            continue
+        start = j
+        while start >= 2 and words[start - 1] == "::":
+            start -= 2
+        end = close(j + 1) if j + 1 < len(words) and words[j + 1] == "<" else j
+        head, tail = " ".join(words[start:j]), " ".join(words[j + 1:end + 1])
+        fn = f"{head} {w} {tail}".strip()
+        twin = f"{head} __mk_simt_{w} {tail}".strip()
+        out.append(f"template <auto __F> struct __mk_fn_twin<__F, typename __mk_when<__F == "
+                   f"static_cast<decltype(__F)>(&{fn})>::type> {{ template <class... __X> static auto "
+                   f"call(__X&&... __x) -> decltype({twin}(static_cast<__X&&>(__x)...)); }};")
+    return out
 
 
 def _body(unit: Unit, f: FnDef, names):
@@ -179,7 +227,8 @@ class _KernelPlan:
                 v = Var(d.name, "kparam", d.name_tok, pointer="*" in d.type_text, ref=d.ref, type_text=d.type_text,
                         space=d.space)
             params.append(v)
-        self.fn = Function(unit, body, params, sync_names, {}, False, ref_params)
+        self.fn = Function(unit, body, params, sync_names, {}, False, ref_params,
+                           functions.value_template_params(unit, f))
         written = set().union(*(i.writes for i in self.fn.info.values()))
         for v in params:
             words = v.type_text.replace("const", "").split()
@@ -238,7 +287,8 @@ class _HelperPlan:
                         members.setdefault(n, st)
         params = [Var(d.name, "param", d.name_tok, uniform=False, ref=d.ref, pointer="*" in d.type_text,
                       type_text=d.type_text, space=d.space) for d in self.sig.params if d.name]
-        self.fn = Function(unit, body, params, sync_names, members if self.method else {}, self.method, ref_params)
+        self.fn = Function(unit, body, params, sync_names, members if self.method else {}, self.method, ref_params,
+                           functions.value_template_params(unit, f))
         void = [unit.toks[k].text for k in range(self.sig.ret[0], self.sig.ret[1] + 1)] == ["void"]
         self.emitter = Emitter(self.fn, False, not void)
         self.emitter.sort_and_place()

@@ -122,8 +122,9 @@ class Function:
     """One SIMT function's body, analysed."""
 
     def __init__(self, unit, body: sx.Block, params: list[Var], sync_names: set[str], members: dict[str, bool],
-                 has_this: bool, ref_params: dict[str, set[int]]):
+                 has_this: bool, ref_params: dict[str, set[int]], fn_tparams: frozenset = frozenset()):
         self.unit = unit
+        self.fn_tparams = fn_tparams      # its template parameters that are values (a function passed so)
         self.body = body
         self.params = params
         self.sync_names = sync_names      # user functions that reach a SIMD-group function or barrier
@@ -263,11 +264,23 @@ class Function:
             return self.unit.toks[f.name].text
         return ""
 
+    def through_tparam(self, c) -> bool:
+        """Whether call c calls the function passed as one of this function's template arguments."""
+        f = getattr(c, "callee", None)
+        return isinstance(f, sx.Name) and not f.qualified and f.last not in self.name_var \
+            and self.unit.toks[f.last].text in self.fn_tparams
+
     def is_sync_call(self, c: sx.Call) -> bool:
         name = self.callee_name(c)
         f = c.callee
         at = f.last if isinstance(f, sx.Name) else f.name if isinstance(f, sx.Member) else None
         said = (self.unit.call_sync or {}).get(at)
+        if self.through_tparam(c):
+            # clang places such a call at the template argument, not here: go through the twin
+            # (simt.h's __mk_fn_twin), which is a plain call where the function passed has none.
+            if not c.args:
+                raise Unsupported(c.a, "a call without arguments through a function template parameter")
+            return True
         if said is not None:  # clang resolved what this name calls
             if said and isinstance(f, sx.Name) and f.last in self.name_var:
                 raise Unsupported(f.a, "a SIMD-group function called through a callable object")

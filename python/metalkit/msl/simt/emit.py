@@ -711,7 +711,8 @@ class Emitter:
         if f is None:
             return "mk::simt::no_twin{}"
         name = self.fn.callee_name(h)
-        if name not in self.fn.sync_names:
+        through = self.fn.through_tparam(h)
+        if name not in self.fn.sync_names and not through:
             return "mk::simt::no_twin{}"
         dep = "mk::simt::dep<decltype(__t)>"
         accs = []
@@ -722,6 +723,8 @@ class Emitter:
             # dep<> makes the object dependent: a template member needs `template`.
             callee0 = f"{dep}({obj0}){'->' if f.arrow else '.'}{'template ' if targs else ''}__mk_simt_{name}{targs}"
             accs.append(f"[&](unsigned __l) __attribute__((always_inline)) -> decltype(auto) {{ return ({'*' if f.arrow else ''}({obj})); }}")
+        elif through:  # the twin of whatever function the instantiation passed
+            callee0 = f"__mk_fn_twin<{name}>::call"
         elif isinstance(f, sx.Name) and f.last in self.fn.member_toks:
             targs = self.render(f.last + 1, f.b, "0") if f.b > f.last else ""
             callee0 = f"{dep}(__this[0])->{'template ' if targs else ''}__mk_simt_{name}{targs}"

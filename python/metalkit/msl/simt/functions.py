@@ -110,6 +110,21 @@ def signature(unit: Unit, f: FnDef) -> Signature:
     return Signature(template, tparams, ret, lparen, rparen, params, static, "const" in quals)
 
 
+def value_template_params(unit: Unit, f: FnDef) -> frozenset:
+    """Names of the template parameters of f that are values, not types (`template <F f, typename T>`: f)."""
+    toks = unit.toks
+    if toks[f.head].text != "template" or toks[f.head + 1].text != "<":
+        return frozenset()
+    close = _close_angle(toks, f.head + 1)
+    out = set()
+    for a, b in _split(toks, f.head + 2, close):
+        eq = next((j for j in range(a, b) if toks[j].text == "="), b)
+        words = [toks[j] for j in range(a, eq)]
+        if words and words[0].text not in ("typename", "class", "template") and words[-1].kind == "id":
+            out.add(words[-1].text)
+    return frozenset(out)
+
+
 def _close_angle(toks, lt: int) -> int:
     depth = 0
     for j in range(lt, len(toks)):
