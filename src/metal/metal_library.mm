@@ -4,7 +4,8 @@
 // source (a new library: Python caches libraries by source) never reuses a
 // stale one.
 // Metal APIs: MTLCompileOptions with languageVersion (MTLLanguageVersion3_1,
-// macOS 14), mathMode (macOS 15; fastMathEnabled before) and preprocessorMacros;
+// macOS 14), mathMode and mathFloatingPointFunctions (macOS 15; fastMathEnabled
+// before) and preprocessorMacros;
 // newLibraryWithSource:options:error:, newLibraryWithURL:error: (macOS 10.13),
 // label, functionNames, newFunctionWithName:, functionType,
 // functionConstantsDictionary and MTLFunctionConstant (macOS 10.12),
@@ -123,9 +124,14 @@ std::shared_ptr<LibraryImpl> metal_compile(const std::string& source, const std:
     // The CPU simulator implements MSL 3.1 (__METAL_VERSION__ 310): one language on both backends.
     if (@available(macOS 14.0, *)) options.languageVersion = MTLLanguageVersion3_1;
     // Metal's default is fast math; metalkit's is IEEE math unless fast_math=True, as on the CPU.
+    // From the macOS 15 SDK, mathMode replaces fastMathEnabled for arithmetic, and the
+    // single-precision math functions (exp, sin, pow...) are a property of their own whose
+    // default is the fast ones: both are set, as fastMathEnabled set both before.
 #if __MAC_OS_X_VERSION_MAX_ALLOWED >= 150000
     if (@available(macOS 15.0, *)) {
       options.mathMode = fast_math ? MTLMathModeFast : MTLMathModeSafe;
+      options.mathFloatingPointFunctions =
+          fast_math ? MTLMathFloatingPointFunctionsFast : MTLMathFloatingPointFunctionsPrecise;
     } else
 #endif
     {
