@@ -4,8 +4,8 @@
 // with MTLPipelineOptionBindingInfo (MTLPipelineOptionArgumentInfo before the
 // macOS 15 SDK) and MTLPipelineOptionBufferTypeInfo (macOS 10.11); reflection.bindings and MTLBinding / MTLBufferBinding /
 // MTLThreadgroupBinding (macOS 13), reflection.arguments and MTLArgument before
-// macOS 13; maxTotalThreadsPerThreadgroup, staticThreadgroupMemoryLength (macOS
-// 10.13); MTLDataTypeBFloat (macOS 14); a struct's layout from bufferStructType
+// macOS 13; maxTotalThreadsPerThreadgroup, threadExecutionWidth (macOS 10.11),
+// staticThreadgroupMemoryLength (macOS 10.13); MTLDataTypeBFloat (macOS 14); a struct's layout from bufferStructType
 // (MTLStructType, MTLStructMember, MTLArrayType; MTLDataTypePointer from macOS 10.13).
 #include "../core/errors.h"
 #include "metal_internal.h"
@@ -200,6 +200,7 @@ std::shared_ptr<KernelImpl> make_metal_kernel(MetalDevice& dev, id<MTLFunction> 
   if (!pipeline) throw CompileFailure("kernel '" + name + "': " + error);
   KernelSpec spec =
       spec_from_reflection(name, bindings, declared, uint32_t(pipeline.maxTotalThreadsPerThreadgroup), file);
+  spec.simd_width = uint32_t(pipeline.threadExecutionWidth);
   return std::make_shared<MetalKernel>(dev, pipeline, std::move(spec));
 }
 

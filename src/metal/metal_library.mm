@@ -2,7 +2,8 @@
 // constants= it was made with, specializes each kernel with them and caches one
 // pipeline per kernel name, so a kernel's pipeline is built once and a changed
 // source (a new library: Python caches libraries by source) never reuses a
-// stale one.
+// stale one. Pipelines are built without the GIL, several threads at once
+// (core/kernel_cache.h).
 // Metal APIs: MTLCompileOptions with languageVersion (MTLLanguageVersion3_1,
 // macOS 14), mathMode and mathFloatingPointFunctions (macOS 15; fastMathEnabled
 // before) and preprocessorMacros;
@@ -15,6 +16,7 @@
 
 #include "../core/errors.h"
 #include "../core/function_constants.h"
+#include "../core/kernel_cache.h"
 #include "metal_backend.h"
 #include "metal_internal.h"
 
@@ -49,13 +51,12 @@ class MetalLibrary : public LibraryImpl {
 
   std::shared_ptr<KernelImpl> kernel(const std::string& name) override {
     if (std::find(names_.begin(), names_.end(), name) == names_.end()) return nullptr;
-    auto& slot = kernels_[name];
-    if (!slot) {
+    return kernels_.get(name, [&] {
       auto it = declared_.find(name);
-      slot = make_metal_kernel(dev_, specialized(name), name, it == declared_.end() ? nullptr : &it->second, file_);
-    }
-    return slot;
+      return make_metal_kernel(dev_, specialized(name), name, it == declared_.end() ? nullptr : &it->second, file_);
+    });
   }
+  bool concurrent_kernels() const override { return true; }  // the bindings build pipelines without the GIL
 
  private:
   // The kernel function with this library's function constants applied.
@@ -88,7 +89,7 @@ class MetalLibrary : public LibraryImpl {
   std::vector<ConstantArg> constants_;
   KernelDecls declared_;
   std::vector<std::string> names_;
-  std::map<std::string, std::shared_ptr<KernelImpl>> kernels_;  // the pipeline cache
+  KernelCache kernels_;  // the pipeline cache, shared by threads
 };
 
 std::shared_ptr<LibraryImpl> make_library(MetalDevice& dev, id<MTLLibrary> library, const std::string& file,
