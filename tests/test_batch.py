@@ -324,3 +324,72 @@ def test_batch_fault_message_names_the_kernels():
     many = rules.batch_fault_message(["a", "b", "a", "c"], "boom", False)
     assert "kernel 'a', 'b' or 'c'" in many and "4 calls" in many and "boom" in many
     assert "METALKIT_VALIDATE=1" in many
+
+
+# ---- open batches and the command queue ----
+
+@pytest.fixture
+def queued_on_cpu():
+    before = mk.device().backend
+    mk.use("cpu")
+    _core._emulate_gpu_batches(True)
+    yield
+    _core._emulate_gpu_batches(False)
+    mk.use(before)
+
+
+def test_batches_past_the_open_batch_limit_run_their_calls_at_once(queued_on_cpu):
+    """Each open batch with queued work holds a command buffer; past the limit, calls run at once
+    instead of waiting forever for the queue (batch.h, kMaxOpenBatches)."""
+    lib = build(SRC)
+    assert _core._open_batches() == (0, 32)
+    x = np.arange(8, dtype=np.float32)
+    y1, y2 = np.zeros_like(x), np.zeros_like(x)
+    queued, release = threading.Event(), threading.Event()
+
+    def other_thread():
+        with mk.batch():
+            lib.axpb(x, y1, 2.0, 1.0)
+            queued.set()
+            release.wait(10)
+
+    try:
+        _core._open_batches(1)
+        t = threading.Thread(target=other_thread)
+        t.start()
+        assert queued.wait(10)
+        assert _core._open_batches() == (1, 1)
+        assert not y1.any()                          # queued in its batch
+        with mk.batch():
+            lib.axpb(x, y2, 3.0, 0.0)
+            np.testing.assert_array_equal(y2, 3 * x)  # no slot left: it ran at once
+        release.set()
+        t.join(10)
+        np.testing.assert_array_equal(y1, 2 * x + 1)
+        assert _core._open_batches() == (0, 1)
+        with mk.batch():                             # a slot is free again: queued
+            lib.axpb(x, y2, 5.0, 0.0)
+            np.testing.assert_array_equal(y2, 3 * x)
+        np.testing.assert_array_equal(y2, 5 * x)
+    finally:
+        release.set()
+        _core._open_batches(32)
+    assert _core._open_batches() == (0, 32)
+
+
+def test_an_abandoned_batch_gives_its_slot_back(queued_on_cpu):
+    lib = build(SRC)
+    x = np.arange(8, dtype=np.float32)
+    y = np.zeros_like(x)
+
+    def abandon():
+        b = mk.batch()
+        b.__enter__()
+        lib.axpb(x, y, 2.0, 1.0)
+        assert _core._open_batches()[0] == 1
+
+    t = threading.Thread(target=abandon)
+    t.start()
+    t.join(10)
+    gc.collect()
+    assert _core._open_batches()[0] == 0 and not y.any()  # discarded unrun

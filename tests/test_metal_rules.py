@@ -37,18 +37,42 @@ DEVICE, CONSTANT = 1, 2
     ("buffer", True, DEVICE, False, PAGE * 3, PAGE * 2, 0, "wrap"),  # page-aligned whole pages: no copy
     ("buffer", True, DEVICE, False, PAGE * 3, PAGE * 2 + 4, 0, "stage"),
     ("buffer", True, DEVICE, False, PAGE + 64, PAGE * 2, 0, "stage"),
-    ("buffer", True, DEVICE, False, 4096, 0, 0, "empty"),
+    # No bytes (an empty array, or None: address 0): never nil, which API validation stops at.
+    ("buffer", False, DEVICE, False, 4096, 0, 0, "empty"),          # read-only: zeros by setBytes
     ("scalar", False, CONSTANT, False, 0, 0, 0, "empty"),
-    ("buffer", False, DEVICE, False, 0, 0, 0, "unbound"),            # None: setBuffer:nil
+    ("buffer", False, DEVICE, False, 0, 0, 0, "empty"),
+    ("buffer", True, DEVICE, False, 4096, 0, 0, "zeroed"),          # written: a zeroed buffer, not bytes
+    ("buffer", True, DEVICE, False, 0, 0, 0, "zeroed"),
 ])
 def test_route_buffer(kind, writable, space, in_buffer, address, nbytes, offset, route):
     assert rules.route_buffer(kind, writable, space, in_buffer, address, nbytes, offset, PAGE) == route
+
+
+def test_none_gets_a_placeholder_as_large_as_the_parameters_type():
+    """API validation checks that a binding holds the argument's type; reads through it give zeros."""
+    assert [rules.placeholder_bytes(n) for n in (1, 4, 16, 17, 48)] == [16, 16, 16, 32, 48]
+    assert rules.placeholder_bytes(12, 3) == 48  # constant T x[3]
+    # A large read-only struct cannot go by setBytes (under 4 KB): a zeroed buffer instead.
+    assert rules.route_buffer("buffer", False, CONSTANT, False, 0, 0, 0, PAGE, elem_size=4096) == "zeroed"
+    assert rules.route_buffer("buffer", False, CONSTANT, False, 0, 0, 0, PAGE, elem_size=4080) == "empty"
 
 
 def test_staging_buffers_come_in_few_sizes_and_the_pool_is_bounded():
     assert rules.staging_capacity(1, PAGE) == PAGE
     assert rules.staging_capacity(PAGE + 1, PAGE) == 2 * PAGE
     assert rules.staging_capacity(3 * PAGE, PAGE) == 4 * PAGE
+    assert rules.staging_capacity(1 << 20, PAGE) == 1 << 20
+
+
+def test_large_staging_buffers_are_whole_pages_not_powers_of_two():
+    """A power of two could double a large copy and pass the device's maxBufferLength."""
+    mib = 1 << 20
+    assert rules.staging_capacity(mib + 1, PAGE) == mib + PAGE
+    assert rules.staging_capacity(300 * mib + 5, PAGE) == 300 * mib + PAGE
+    assert rules.staging_capacity(3 * 1024 * mib, 4096) == 3 * 1024 * mib  # not 4 GiB
+    for n in (mib + 1, 5 * mib - 1, 1 << 33):
+        c = rules.staging_capacity(n, PAGE)
+        assert c % PAGE == 0 and n <= c < n + PAGE
     assert rules.keep_staging(PAGE, 0)
     assert not rules.keep_staging(PAGE, (256 << 20) - PAGE + 1)
 
@@ -215,6 +239,31 @@ def test_without_a_signature_every_buffer_takes_an_array():
                                                   ("buffer", "device const float* s", "none")]
 
 
+RAW = """#include <metal_stdlib>
+using namespace metal;
+kernel void copy(device void* dst [[buffer(0)]], const device void *src [[buffer(1)]],
+                 constant uint& n [[buffer(2)]], uint i [[thread_position_in_grid]]) {}
+"""
+
+
+@pytest.mark.parametrize("reflected", [
+    ("struct", 1, 0, 1),   # no type and no bytes, as reflection may report `void`
+    ("char", 1, 1, 1),     # or bytes
+    ("struct", 1, 16, 16),  # or anything else: the declaration says raw memory
+])
+@pytest.mark.parametrize("declared", [True, False])
+def test_raw_memory_takes_bytes_whatever_reflection_says(reflected, declared):
+    """`device void*` takes any array's bytes (as uint8), as on the CPU simulator."""
+    sigs = kernel_signatures(inline_includes(RAW, "raw.metal")) if declared else {}
+    if not declared and reflected[2] != 0:
+        pytest.skip("without a signature only an element of no type and no bytes says raw memory")
+    bindings = [("buffer", 0, "dst", *reflected, True), ("buffer", 1, "src", *reflected, False),
+                ("buffer", 2, "n", "uint", 1, 4, 4, False)]
+    _, _, args = rules.spec_from_reflection("copy", bindings, sigs, "raw.metal")
+    assert [(a[2], a[4], a[5], a[8]) for a in args[:2]] == [("dst", "uchar", 1, 1), ("src", "uchar", 1, 1)]
+    assert args[2][4] == "uint"
+
+
 def test_parameters_metalkit_cannot_pass_are_refused_by_name():
     with pytest.raises(CompileError, match=r"kernel 'k' takes a texture parameter 'img'; metalkit passes only"):
         rules.spec_from_reflection("k", [("texture", 0, "img", "struct", 1, 0, 1, False)], {}, "k.metal")
@@ -276,3 +325,35 @@ def test_validate_keeps_what_the_user_set_for_metal_and_is_off_by_default():
 def test_validate_refuses_values_it_does_not_know():
     with pytest.raises(ValueError, match=r"METALKIT_VALIDATE='maybe': use 1"):
         _validation.apply({"METALKIT_VALIDATE": "maybe"})
+
+
+# ---- waiting for the GPU ----
+
+def test_a_gpu_wait_ends_when_the_work_does():
+    why, waited, ran = rules.wait_for_completion(0.05, 0.0, False)
+    assert why == "none" and 0.04 < waited < 5 and ran
+
+
+def test_timeout_ends_the_wait_and_the_work_goes_on():
+    why, waited, ran = rules.wait_for_completion(0.6, 0.1, False)
+    assert why == "timeout" and 0.09 < waited < 0.5
+    assert ran  # what then() kept ran once the work was done, after the wait had ended
+
+
+def test_ctrl_c_ends_an_interruptible_wait():
+    import os
+    import signal
+    import threading
+    seen = []
+    previous = signal.signal(signal.SIGINT, lambda *a: seen.append(a[0]))
+    try:
+        threading.Timer(0.1, os.kill, (os.getpid(), signal.SIGINT)).start()
+        why, waited, _ = rules.wait_for_completion(None, 10.0, True)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert why == "interrupt" and waited < 5 and seen == [signal.SIGINT]
+
+
+def test_pipelines_are_built_once_however_many_threads_ask():
+    builds, same = rules.kernel_cache_builds(8, ["a", "b", "c"], 20)
+    assert builds == 3 and same

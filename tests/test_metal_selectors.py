@@ -463,7 +463,8 @@ def test_the_backend_guards_its_newer_names():
     names = {u.name for u in uses if u.kind != "function"}
     newer_sdk = {n for n in names if AVAILABILITY[n].sdk > OLDEST_SDK}
     newer_os = {n for n in names if (AVAILABILITY[n].macos or (0,)) > DEPLOYMENT_TARGET}
-    assert {"MTLPipelineOptionBindingInfo", "MTLMathModeFast", "MTLMathModeSafe", "setMathMode:"} <= newer_sdk
+    assert {"MTLPipelineOptionBindingInfo", "MTLMathModeFast", "MTLMathModeSafe", "setMathMode:",
+            "setMathFloatingPointFunctions:", "MTLMathFloatingPointFunctionsPrecise"} <= newer_sdk
     assert {"MTLBinding", "MTLBufferBinding", "MTLLanguageVersion3_1", "bindings", "setMathMode:"} <= newer_os
     assert {u.name for u in uses if u.kind == "function"} == {"from_bindings"}
     assert (10, 9) < DEPLOYMENT_TARGET <= OLDEST_SDK
@@ -549,7 +550,8 @@ _UNGUARDED = [
       "MTLBindingTypeThreadgroupMemory", "MTLBindingTypeTexture", "MTLBindingTypeSampler"}),
     ("metal_library.mm", "if (@available(macOS 14.0, *)) options.languageVersion", "options.languageVersion",
      {"MTLLanguageVersion3_1"}),
-    ("metal_library.mm", "if (@available(macOS 15.0, *)) {", "if (true) {", {"setMathMode:"}),
+    ("metal_library.mm", "if (@available(macOS 15.0, *)) {", "if (true) {",
+     {"setMathMode:", "setMathFloatingPointFunctions:"}),
 ]
 
 
@@ -560,3 +562,45 @@ def test_lint_catches_a_guard_taken_out_of_the_backend(name: str, guarded: str, 
     assert not [u for u in availability_uses(text) if u.problem]
     bad = {u.name for u in availability_uses(text.replace(guarded, unguarded)) if u.problem}
     assert bad == flagged
+
+
+# ---- What the backend asks Metal for -----------------------------------------
+# Settings whose absence compiles, links and runs, but gives other results: only
+# a reading of the source can catch them where there is no Mac.
+
+
+def _code(name: str) -> str:
+    """A backend source with comments blanked (lines kept)."""
+    return _COMMENT.sub(lambda m: re.sub(r"[^\n]", " ", m.group()), (METAL_SOURCES / name).read_text())
+
+
+def _sdk_branches(text: str, start: str) -> tuple[str, str]:
+    """The two branches of the ``#if __MAC_OS_X_VERSION_MAX_ALLOWED >= 150000`` block holding ``start``."""
+    m = re.search(r"#if __MAC_OS_X_VERSION_MAX_ALLOWED >= 150000\n(?P<new>.*?)#else\n(?P<old>.*?)#endif",
+                  text[text.index(start) - 200:], re.S)
+    assert m, f"no SDK-version #if/#else around {start!r}"
+    return m.group("new"), m.group("old")
+
+
+def test_pipelines_reflect_buffer_types_with_every_sdk():
+    """Without MTLPipelineOptionBufferTypeInfo, bufferStructType is nil: no struct parameter has a dtype."""
+    text = _code("metal_kernel.mm")
+    new, old = _sdk_branches(text, "constexpr MTLPipelineOption kReflectBindings")
+    for branch, binding in ((new, "MTLPipelineOptionBindingInfo"), (old, "MTLPipelineOptionArgumentInfo")):
+        flags = re.search(r"kReflectBindings\s*=\s*([^;]*);", branch).group(1)
+        assert {f.strip() for f in flags.split("|")} == {binding, "MTLPipelineOptionBufferTypeInfo"}
+    assert re.search(r"newComputePipelineStateWithFunction:\s*\w+\s*options:\s*kReflectBindings\b", text)
+
+
+def test_ieee_math_sets_both_math_properties_with_the_macos_15_sdk():
+    """mathMode alone leaves mathFloatingPointFunctions at its default, the fast functions."""
+    text = _code("metal_library.mm")
+    m = re.search(r"#if __MAC_OS_X_VERSION_MAX_ALLOWED >= 150000\n\s*if \(@available\(macOS 15\.0, \*\)\) \{"
+                  r"(?P<body>[^}]*)\} else\s*\n#endif", text)
+    assert m, "the macOS 15 path is no longer an SDK-guarded @available block with an else"
+    body = m.group("body")
+    assert re.search(r"options\.mathMode\s*=\s*fast_math\s*\?\s*MTLMathModeFast\s*:\s*MTLMathModeSafe;", body)
+    assert re.search(r"options\.mathFloatingPointFunctions\s*=\s*fast_math\s*\?\s*MTLMathFloatingPointFunctionsFast"
+                     r"\s*:\s*MTLMathFloatingPointFunctionsPrecise;", body)
+    fallback = text[text.index("} else", text.index("options.mathFloatingPointFunctions")):]
+    assert re.match(r"} else\s*#endif\s*\{\s*options\.fastMathEnabled\s*=\s*fast_math;", fallback)

@@ -73,6 +73,9 @@ class Batch:
 def _emulate_gpu_batches(on: bool) -> None:
     """Tests only: CPU calls in a batch are queued and run at its end, as on a GPU."""
 
+def _open_batches(limit: Optional[int] = None) -> tuple[int, int]:
+    """Tests only: (batches holding queued GPU work, how many may); limit= sets the latter."""
+
 class Library:
     """A loaded module's kernels (``metalkit.Library`` wraps it)."""
     @property

@@ -32,7 +32,8 @@ DeviceInfo.name.__doc__ = "The device's name (str): the GPU's, or the CPU's for 
 DeviceInfo.backend.__doc__ = 'The backend that runs kernels (str): "metal" or "cpu".'
 DeviceInfo.max_threads_per_threadgroup.__doc__ = "The most threads a threadgroup may have on this device (int)."
 DeviceInfo.max_threadgroup_memory.__doc__ = "The most threadgroup memory a threadgroup may use, in bytes (int)."
-DeviceInfo.simd_width.__doc__ = "Threads per SIMD-group (int): 32."
+DeviceInfo.simd_width.__doc__ = ("Threads per SIMD-group (int): 32, as on Apple GPUs; a kernel's own is "
+                                  "Kernel.simd_width (on Metal, its pipeline's threadExecutionWidth).")
 
 
 def metal_available() -> bool:

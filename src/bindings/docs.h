@@ -29,9 +29,10 @@ passed), then keyword arguments by parameter name (``kernel(x, out=y)``);
   giving their size.
 - ``threadgroup=(x, y, z)``: threads per threadgroup (default: up to 256 along x).
 - ``threadgroup_memory={index: nbytes}``: sizes of ``[[threadgroup(index)]]`` buffers.
-- ``check=``, ``shuffle=``, ``timeout=``: the CPU simulator's bounds checks,
-  shuffled thread order and time limit (defaults: ``METALKIT_CHECK``,
-  ``METALKIT_SHUFFLE``, ``METALKIT_TIMEOUT``).
+- ``check=``, ``shuffle=``: the CPU simulator's bounds checks and shuffled
+  thread order (defaults: ``METALKIT_CHECK``, ``METALKIT_SHUFFLE``).
+- ``timeout=``: a time limit (default on the CPU simulator: ``METALKIT_TIMEOUT``;
+  on Metal it ends the wait, and the GPU finishes the work).
 
 Geometry tuples are (x, y, z) = (width, height, depth), the reverse of numpy's
 shape order: an array of shape (rows, columns) is covered by
@@ -141,12 +142,14 @@ Keywords (None, the default of each, means "use the default" below):
     in index order. Default: ``METALKIT_SHUFFLE`` (a seed; unset or 0: index
     order), read at the first call. On Metal a seed raises ``DispatchError``.
 ``timeout``: float seconds
-    CPU simulator only: stop a kernel still running after that long with a
-    ``KernelFault`` naming the kernel, the limit and how many threadgroups
-    completed (``math.inf``: no limit). Default: ``METALKIT_TIMEOUT`` (seconds;
-    unset or 0: no limit), read at the first call. On Metal ``timeout=``
-    raises ``DispatchError`` (a committed command buffer cannot be stopped)
-    and ``METALKIT_TIMEOUT`` does not apply.
+    Stop a kernel still running after that long with a ``KernelFault`` naming
+    the kernel, the limit and (CPU simulator) how many threadgroups completed
+    (``math.inf``: no limit). Default: ``METALKIT_TIMEOUT`` (seconds; unset or
+    0: no limit), read at the first call, on the CPU simulator only. On Metal
+    a committed command buffer cannot be stopped: the call stops waiting and
+    raises, the GPU finishes the work, and the arrays it writes may change
+    until then (metalkit keeps them alive); in ``metalkit.batch()`` it raises
+    ``DispatchError``.
 
 Geometry tuples are (x, y, z) = (width, height, depth), the reverse of
 numpy's shape order: for an array of shape (rows, columns), x indexes columns.
@@ -240,7 +243,9 @@ inline constexpr const char* kMaxThreads =
     "The most threads a threadgroup of this kernel may have (int): the device's limit, 1024, or less if the "
     "kernel declares ``[[max_total_threads_per_threadgroup(n)]]``. ``threadgroup=`` beyond it is a "
     "DispatchError.";
-inline constexpr const char* kSimdWidth = "Threads per SIMD-group (int): 32, as on every Apple GPU.";
+inline constexpr const char* kSimdWidth =
+    "Threads per SIMD-group (int): on Metal the pipeline's threadExecutionWidth (32 on Apple GPUs; Intel and AMD "
+    "GPUs in Macs may differ), 32 on the CPU simulator.";
 inline constexpr const char* kUsesBarriers =
     "CPU simulator: whether the kernel reaches a ``threadgroup_barrier`` or a SIMD-group function (bool); "
     "such kernels run SIMT or as fibers (see ``execution``). Always False on Metal, which does not say.";
@@ -272,7 +277,9 @@ checked at the call. On the CPU simulator each call runs at once, with its own
 ``check``, ``shuffle`` and ``timeout`` (defaults ``METALKIT_CHECK``,
 ``METALKIT_SHUFFLE``, ``METALKIT_TIMEOUT``); a fault or timeout is raised as a
 ``KernelFault`` when the block exits. On Metal ``check=True``, a ``shuffle``
-seed and ``timeout=`` raise ``DispatchError``.
+seed and ``timeout=`` raise ``DispatchError``. At most 32 batches hold queued
+GPU work at once (a Metal command queue takes 64 unfinished command buffers);
+the calls of any further batch run at once.
 
 >>> import numpy as np, metalkit as mk
 >>> x = np.arange(4, dtype=np.float32); y = np.empty_like(x)

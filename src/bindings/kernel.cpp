@@ -91,6 +91,29 @@ std::optional<double> timeout_seconds(const std::string& kernel, py::handle v) {
 
 unsigned long g_main_thread = 0;  // Python's main thread, where Ctrl-C raises KeyboardInterrupt
 
+// GPU work whose wait a call gave up (Ctrl-C, timeout=) goes on: the Python objects it
+// uses (arrays it reads and writes, staged copies) are kept here until it is done, then
+// let go of by a later call. Touched with the GIL held; never destroyed (at exit the
+// process ends with the GPU).
+struct Parked {
+  std::shared_ptr<Completion> running;
+  std::vector<py::object> keep;
+};
+std::vector<Parked>& parked() {
+  static auto* p = new std::vector<Parked>;
+  return *p;
+}
+
+void let_go_of_finished_work() {
+  auto& p = parked();
+  p.erase(std::remove_if(p.begin(), p.end(), [](const Parked& w) { return w.running->is_done(); }), p.end());
+}
+
+void park_until_done(std::shared_ptr<Completion> running, std::vector<py::object> keep) {
+  let_go_of_finished_work();
+  if (!running->is_done()) parked().push_back({std::move(running), std::move(keep)});
+}
+
 uint32_t shuffle_seed(const std::string& kernel, py::handle v) {
   std::optional<int64_t> x = as_int(v);
   if (!x) throw ArgumentError("kernel '" + kernel + "': shuffle= takes an int seed (0 runs threads in index order)");
@@ -268,6 +291,7 @@ void set_allocation(BoundArg& b, py::handle array) {
 }  // namespace
 
 py::object PyKernel::call(py::args args, py::kwargs kwargs) {
+  if (!parked().empty()) let_go_of_finished_work();
   const KernelSpec& sp = spec();
   GeometryRequest geometry;
   py::handle tgmem;
@@ -412,7 +436,7 @@ py::object PyKernel::call(py::args args, py::kwargs kwargs) {
   std::shared_ptr<PyBatch> batch = current_batch();
   if (batch && !batch->fault().empty()) return py::none();
   const bool emulate = batch && !impl_->defers() && emulating_gpu_batches();
-  const bool defer = batch && (impl_->defers() || emulate);
+  bool defer = batch && (impl_->defers() || emulate);
   if (batch && batch->pending()) {
     const bool host_queue = dynamic_cast<HostQueue*>(batch->encoding.get()) != nullptr;
     if (!defer || host_queue != emulate) {
@@ -420,6 +444,8 @@ py::object PyKernel::call(py::args args, py::kwargs kwargs) {
       if (!batch->fault().empty()) return py::none();
     }
   }
+  // Too many batches hold queued GPU work (batch.h, kMaxOpenBatches): this one runs its calls at once.
+  if (defer && !batch->hold_slot()) defer = false;
   const bool wants_alloc = impl_->wants_allocations();
   for (ArrayArg& x : arrays) {
     if (!x.stage && wants_alloc) set_allocation(launch.args[x.param], x.obj);
@@ -475,13 +501,31 @@ py::object PyKernel::call(py::args args, py::kwargs kwargs) {
       launch.limits.interrupts = interrupts_seen();
       if (PyErr_CheckSignals() != 0) throw py::error_already_set();
     }
+    // A GPU's wait looks for Ctrl-C itself (Completion::wait): metalkit's handler must be the one installed.
+    if (launch.limits.interruptible && impl_->defers()) watch_interrupts();
+    // What the GPU may still use after a wait this call gave up: kept alive until it is done.
+    auto keep_running = [&](const std::shared_ptr<Completion>& running) {
+      if (!running) return;
+      std::vector<py::object> keep;
+      for (ArrayArg& x : arrays) keep.push_back(py::reinterpret_borrow<py::object>(x.obj));
+      for (auto& st : fresh) keep.push_back(st.copy);
+      keep.insert(keep.end(), made.begin(), made.end());
+      keep.insert(keep.end(), foreign.begin(), foreign.end());
+      park_until_done(running, std::move(keep));
+    };
     try {
       py::gil_scoped_release nogil;
       impl_->dispatch(launch);
     } catch (const Interrupted& e) {
+      keep_running(e.running);
       // Python's SIGINT handler runs now, at the call (KeyboardInterrupt by default). One
       // that does not raise leaves the KernelFault saying how far the kernel got.
       if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+      if (!batch) throw;
+      batch->fail(e.what());
+      return py::none();
+    } catch (const GpuTimeout& e) {
+      keep_running(e.running);
       if (!batch) throw;
       batch->fail(e.what());
       return py::none();
@@ -499,6 +543,9 @@ py::object PyKernel::call(py::args args, py::kwargs kwargs) {
     return py::none();
   }
 
+  if (launch.limits.timeout > 0 && !emulate && !launch.limits.from_env)
+    throw DispatchError("kernel '" + sp.name + "': timeout= bounds the wait of a call that runs at once; inside "
+                        "metalkit.batch() this call runs when the batch completes: call it outside the batch");
   launch.limits.interruptible = false;  // it runs when the batch completes, not at this call
   {
     py::gil_scoped_release nogil;

@@ -2,14 +2,19 @@
 
 #include <pybind11/stl.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstring>
+#include <thread>
 
 #include "../core/batch.h"
 #include "../core/errors.h"
 #include "../core/function_constants.h"
 #include "../core/gpu_dispatch.h"
+#include "../core/kernel_cache.h"
 #include "../core/reflection.h"
 #include "../core/run_limits.h"
+#include "../core/watchdog.h"
 #include "buffer.h"
 #include "struct_args.h"
 #ifdef METALKIT_HAVE_METAL
@@ -177,14 +182,23 @@ KernelSpec reflected_spec(const std::string& kernel, const std::vector<py::tuple
 void register_rules(py::module_& m) {
   auto r = m.def_submodule("metal_rules", "Decisions the Metal backend makes, callable on every platform for tests.");
   r.def("route_buffer", [](const std::string& kind, bool writable, int space, bool in_device_buffer, uintptr_t address,
-                           uint64_t nbytes, uint64_t offset, uint64_t page) {
+                           uint64_t nbytes, uint64_t offset, uint64_t page, uint64_t elem_size) {
     ArgSpec s;
     s.kind = kind_named(kind);
     s.writable = writable;
     s.space = Space(space);
-    const char* names[] = {"bound", "bytes", "wrap", "stage", "empty", "unbound"};
+    s.elem_size = elem_size;
+    const char* names[] = {"bound", "bytes", "wrap", "stage", "empty", "zeroed"};
     return names[int(route_buffer(s, in_device_buffer, address, nbytes, offset, page))];
-  });
+  }, py::arg("kind"), py::arg("writable"), py::arg("space"), py::arg("in_device_buffer"), py::arg("address"),
+     py::arg("nbytes"), py::arg("offset"), py::arg("page"), py::arg("elem_size") = 4);
+  // Bytes of the zeroed placeholder a parameter of this element size (N elements for an array) gets for None.
+  r.def("placeholder_bytes", [](uint64_t elem_size, uint32_t array_len) {
+    ArgSpec s;
+    s.elem_size = elem_size;
+    s.array_len = array_len;
+    return placeholder_bytes(s);
+  }, py::arg("elem_size"), py::arg("array_len") = 0);
   // The Kernel.args dtype of a struct parameter as Metal's reflection of it gives.
   r.def("struct_dtype", [](const py::list& members, uint64_t size, uint64_t align) {
     ArgSpec s;
@@ -205,6 +219,33 @@ void register_rules(py::module_& m) {
     return py::make_tuple(n.v[0], n.v[1], n.v[2]);
   });
   r.def("threadgroup_length", &threadgroup_length);
+  // KernelCache from `threads` threads at once, each asking for every name of `names` (a build
+  // takes `build_ms`); returns how many builds ran and whether every thread got the same kernel.
+  r.def("kernel_cache_builds", [](int threads, const std::vector<std::string>& names, int build_ms) {
+    struct Stub : KernelImpl {
+      void dispatch(const Launch&) override {}
+    };
+    KernelCache cache;
+    std::atomic<int> builds{0};
+    std::vector<std::vector<std::shared_ptr<KernelImpl>>> got(threads > 0 ? size_t(threads) : 0);
+    {
+      py::gil_scoped_release nogil;
+      std::vector<std::thread> pool;
+      for (int t = 0; t < threads; ++t)
+        pool.emplace_back([&, t] {
+          for (const std::string& n : names)
+            got[size_t(t)].push_back(cache.get(n, [&] {
+              ++builds;
+              std::this_thread::sleep_for(std::chrono::milliseconds(build_ms));
+              return std::make_shared<Stub>();
+            }));
+        });
+      for (auto& th : pool) th.join();
+    }
+    bool same = true;
+    for (const auto& g : got) same = same && g == got[0];
+    return py::make_tuple(builds.load(), same);
+  });
   r.def("check_threadgroup_memory", &check_threadgroup_memory);
   r.def("gpu_fault_message", &gpu_fault_message);
   // metalkit.batch(): a use is (lo, hi, "direct" | "mapped" | "copyin", writes, layout).
@@ -240,13 +281,45 @@ void register_rules(py::module_& m) {
     return flushes;
   });
   r.def("route_access", [](const std::string& route) {
-    const char* routes[] = {"bound", "bytes", "wrap", "stage", "empty", "unbound"};
+    const char* routes[] = {"bound", "bytes", "wrap", "stage", "empty", "zeroed"};
     const char* names[] = {"direct", "mapped", "copyin"};
     for (int i = 0; i < 6; ++i)
       if (route == routes[i]) return std::string(names[int(host_access_for(BufferRoute(i)))]);
     throw py::value_error("unknown route '" + route + "'");
   });
   r.def("batch_fault_message", &batch_fault_message);
+  // A wait for GPU work (Completion) that another thread ends after done_after seconds (None:
+  // never), under these limits; returns why it returned ("none", "interrupt", "timeout"), the
+  // seconds it waited, and whether then() work ran by the time the work was done.
+  r.def("wait_for_completion", [](std::optional<double> done_after, double timeout, bool interruptible) {
+    auto completion = std::make_shared<Completion>();
+    std::atomic<bool> ran{false};
+    completion->then([&ran] { ran = true; });
+    RunLimits limits;
+    limits.timeout = timeout;
+    limits.interruptible = interruptible;
+    if (interruptible) {
+      watch_interrupts();
+      limits.interrupts = interrupts_seen();
+    }
+    StopReason why;
+    double waited;
+    {
+      py::gil_scoped_release nogil;
+      const auto start = Completion::Clock::now();
+      std::thread finisher;
+      if (done_after)
+        finisher = std::thread([completion, d = *done_after] {
+          std::this_thread::sleep_for(std::chrono::duration<double>(d));
+          completion->done();
+        });
+      why = completion->wait(limits, start);
+      waited = std::chrono::duration<double>(Completion::Clock::now() - start).count();
+      if (finisher.joinable()) finisher.join();
+    }
+    const char* names[] = {"none", "interrupt", "timeout"};
+    return py::make_tuple(names[int(why)], waited, ran.load());
+  }, py::arg("done_after"), py::arg("timeout"), py::arg("interruptible"));
   // A call's limits on a backend that defers (Metal) or not: (seconds, from METALKIT_TIMEOUT, interruptible).
   r.def("run_limits", [](const std::string& kernel, std::optional<double> timeout, bool defers, bool main_thread) {
     RunLimits l = plan_run_limits(kernel, timeout, defers, main_thread);

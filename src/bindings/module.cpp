@@ -109,7 +109,7 @@ PYBIND11_MODULE(_core, m) {
       .def_property_readonly("args", &PyKernel::arg_specs, docs::kArgs)
       .def_property_readonly("max_threads_per_threadgroup", [](const PyKernel& k) { return k.spec().max_threads; },
                              docs::kMaxThreads)
-      .def_property_readonly("simd_width", [](const PyKernel&) { return kSimdWidth; }, docs::kSimdWidth)
+      .def_property_readonly("simd_width", [](const PyKernel& k) { return k.spec().simd_width; }, docs::kSimdWidth)
       .def_property_readonly("uses_barriers", [](const PyKernel& k) { return k.spec().needs_fibers; },
                              docs::kUsesBarriers)
       .def_property_readonly("execution", [](const PyKernel& k) { return execution_part(k, 0); }, docs::kExecution)
@@ -129,8 +129,17 @@ PYBIND11_MODULE(_core, m) {
         auto& lib = self.cast<PyLibrary&>();
         auto it = lib.kernels.find(name);
         if (it != lib.kernels.end()) return py::cast(it->second);
-        auto impl = lib.impl->kernel(name);
+        std::shared_ptr<LibraryImpl> keep = lib.impl;
+        std::shared_ptr<KernelImpl> impl;
+        if (keep->concurrent_kernels()) {  // a GPU pipeline build: other Python threads run meanwhile
+          py::gil_scoped_release nogil;
+          impl = keep->kernel(name);
+        } else {
+          impl = keep->kernel(name);
+        }
         if (!impl) return py::none();
+        it = lib.kernels.find(name);  // another thread may have asked for it meanwhile
+        if (it != lib.kernels.end()) return py::cast(it->second);
         auto k = std::make_shared<PyKernel>(impl);
         lib.kernels[name] = k;
         return py::cast(k);

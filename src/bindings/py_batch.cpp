@@ -1,6 +1,9 @@
 #include "py_batch.h"
 
+#include <pybind11/stl.h>
+
 #include <atomic>
+#include <optional>
 
 #include "../core/errors.h"
 #include "docs.h"
@@ -92,6 +95,11 @@ void register_batch(py::module_& m) {
 
   m.def("_emulate_gpu_batches", [](bool on) { g_emulate = on; }, py::arg("on"),
         "Tests only: CPU calls in a batch are queued and run at its end, as on a GPU.");
+  m.def("_open_batches", [](std::optional<uint32_t> limit) {
+    if (limit) set_open_batch_limit(*limit);
+    return py::make_tuple(open_batches(), open_batch_limit());
+  }, py::arg("limit") = py::none(),
+        "Tests only: (batches holding queued GPU work, how many may); limit= sets the latter.");
 }
 
 }  // namespace mk

@@ -90,6 +90,9 @@ class LibraryImpl {
   virtual std::vector<std::string> kernel_names() const = 0;
   // nullptr if there is no kernel of that name.
   virtual std::shared_ptr<KernelImpl> kernel(const std::string& name) = 0;
+  // Whether kernel() may be called from several threads at once; the bindings then call
+  // it without the GIL (a GPU pipeline build is slow; see kernel_cache.h).
+  virtual bool concurrent_kernels() const { return false; }
 };
 
 }  // namespace mk

@@ -1,6 +1,7 @@
 #include "batch.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 
 #include "errors.h"
@@ -28,7 +29,7 @@ HostAccess host_access_for(BufferRoute route) {
     case BufferRoute::Stage: return HostAccess::Mapped;
     case BufferRoute::Bound:
     case BufferRoute::Empty:
-    case BufferRoute::Unbound: break;
+    case BufferRoute::Zeroed: break;
   }
   return HostAccess::Direct;
 }
@@ -72,6 +73,36 @@ std::string batch_fault_message(const std::vector<std::string>& kernels, const s
   return msg + "; arrays the batch's kernels write may hold partial results";
 }
 
+namespace {
+std::atomic<uint32_t> g_open_batches{0};
+std::atomic<uint32_t> g_open_batch_limit{kMaxOpenBatches};
+}  // namespace
+
+uint32_t open_batches() { return g_open_batches.load(); }
+uint32_t open_batch_limit() { return g_open_batch_limit.load(); }
+void set_open_batch_limit(uint32_t limit) { g_open_batch_limit.store(limit); }
+
+Batch::~Batch() {
+  encoding.reset();
+  release_slot();
+}
+
+bool Batch::hold_slot() {
+  if (slot_) return true;
+  uint32_t open = g_open_batches.load();
+  do {
+    if (open >= g_open_batch_limit.load()) return false;
+  } while (!g_open_batches.compare_exchange_weak(open, open + 1));
+  slot_ = true;
+  return true;
+}
+
+void Batch::release_slot() {
+  if (!slot_) return;
+  slot_ = false;
+  g_open_batches.fetch_sub(1);
+}
+
 void Batch::queued(std::shared_ptr<KernelImpl> kernel, const std::vector<HostUse>& uses) {
   memory.add(uses);
   queued_.push_back(std::move(kernel));
@@ -84,9 +115,13 @@ void Batch::ran(const KernelImpl& kernel) {
 }
 
 bool Batch::complete() {
-  if (!encoding) return fault_.empty();
+  if (!encoding) {
+    release_slot();
+    return fault_.empty();
+  }
   BatchOutcome out = encoding->finish();
   encoding.reset();
+  release_slot();
   memory.clear();
   std::string message = out.fault;
   if (message.empty() && !out.gpu_error.empty()) {

@@ -60,6 +60,8 @@ struct BatchOutcome {
   std::string gpu_error;    // the GPU's description of an error, which does not say which kernel
   std::string fault;        // or a full KernelFault message that does
   bool validation = false;  // shader validation was on (the fault message says so)
+  StopReason stopped = StopReason::None;  // the wait stopped early (the call's limits): no results
+  std::shared_ptr<Completion> running;    // then: completes when the GPU is done with the work
 };
 
 class BatchEncoding {
@@ -76,11 +78,30 @@ class BatchEncoding {
 std::string batch_fault_message(const std::vector<std::string>& kernels, const std::string& gpu_error,
                                 bool validation_on);
 
+// How many batches may hold queued GPU work at once. Each holds a command buffer not
+// yet committed, and a Metal queue allows only so many command buffers not yet
+// completed ("Command Queues created via this method will only allow up to 64
+// non-completed command buffers", MTLDevice.h of newCommandQueue): were all of them
+// held by open batches (threads inside `with metalkit.batch()`, blocks abandoned and
+// not yet collected), the next call would wait inside commandBuffer forever. So at
+// most half of them are held by open batches, and the calls of any further batch run
+// at once, as outside a batch (its block still ends with every call complete); the
+// other half serve calls outside batches and batches being waited for.
+constexpr uint32_t kCommandQueueDepth = 64;
+constexpr uint32_t kMaxOpenBatches = kCommandQueueDepth / 2;
+// Batches holding a slot now, and the limit (kMaxOpenBatches; tests lower it).
+uint32_t open_batches();
+uint32_t open_batch_limit();
+void set_open_batch_limit(uint32_t limit);
+
 // One thread's open batch, as the backends see it. Not thread-safe: a batch
 // belongs to the thread that opened it.
 class Batch {
  public:
-  virtual ~Batch() = default;  // an unfinished encoding is discarded
+  virtual ~Batch();  // an unfinished encoding is discarded; the slot is given back
+  // Whether a call may be queued in this batch: it holds one of the open-batch slots
+  // (taking one if it has none and one is free). If not, the call runs at once.
+  bool hold_slot();
   // Queued GPU work (null: nothing queued). A deferring backend's enqueue()
   // creates it on first use and adds to it.
   std::unique_ptr<BatchEncoding> encoding;
@@ -102,7 +123,9 @@ class Batch {
   uint64_t calls() const { return calls_; }
 
  private:
+  void release_slot();
   std::vector<std::shared_ptr<KernelImpl>> queued_;  // kept alive until the work completes
+  bool slot_ = false;                                // holds an open-batch slot
   std::string fault_;
   double gpu_time_ = 0;
   uint64_t calls_ = 0;

@@ -1,12 +1,15 @@
 #include "gpu_dispatch.h"
 
+#include <algorithm>
+
 #include "errors.h"
 
 namespace mk {
 
 BufferRoute route_buffer(const ArgSpec& spec, bool in_device_buffer, uintptr_t address, uint64_t nbytes,
                          uint64_t offset, uint64_t page) {
-  if (nbytes == 0) return address == 0 && spec.kind == ArgKind::Buffer ? BufferRoute::Unbound : BufferRoute::Empty;
+  if (nbytes == 0)
+    return spec.writable || placeholder_bytes(spec) >= kInlineBytesLimit ? BufferRoute::Zeroed : BufferRoute::Empty;
   // Only a parameter known to be in the device address space may start anywhere in a buffer.
   const bool offset_ok = spec.space == Space::Device || offset % kConstantOffsetAlignment == 0;
   if (in_device_buffer && offset_ok) return BufferRoute::Bound;
@@ -18,7 +21,13 @@ BufferRoute route_buffer(const ArgSpec& spec, bool in_device_buffer, uintptr_t a
   return BufferRoute::Stage;
 }
 
+uint64_t placeholder_bytes(const ArgSpec& spec) {
+  const uint64_t n = std::max<uint64_t>(spec.value_size(), 16);
+  return (n + 15) / 16 * 16;
+}
+
 uint64_t staging_capacity(uint64_t nbytes, uint64_t page) {
+  if (nbytes > kStagingPowerOfTwoLimit) return (nbytes + page - 1) / page * page;
   uint64_t c = page;
   while (c < nbytes) c <<= 1;
   return c;

@@ -15,8 +15,8 @@ enum class BufferRoute {
   Bytes,  // small and read-only: the encoder copies the bytes (setBytes)
   Wrap,   // page-aligned host memory of whole pages (not a scalar): a buffer over it, no copy
   Stage,  // anything else: copied into a pooled buffer, copied back only if writable
-  Empty,  // no bytes: a small zeroed placeholder keeps the binding valid
-  Unbound,  // None (a null address, no bytes): a buffer the kernel does not read, bound as nil
+  Empty,   // no bytes (None, or an empty array), read-only: placeholder_bytes() zeros by setBytes
+  Zeroed,  // no bytes, writable: a zero-filled buffer of placeholder_bytes(), its writes discarded
 };
 
 // Metal copies at most this many bytes inline (setBytes:length:atIndex: is for
@@ -27,13 +27,23 @@ constexpr uint64_t kInlineBytesLimit = 4096;
 constexpr uint64_t kConstantOffsetAlignment = 256;
 
 // in_device_buffer: the argument's memory is a buffer of this backend (BoundArg::alloc).
-// A null address with no bytes is the call's None (BoundArg::none).
+// None and an empty array (no bytes) get a placeholder: never nil, which Metal's API
+// validation stops at ("missing buffer binding"), and never setBytes for a parameter the
+// kernel may write (validation refuses read-only bytes there).
 // offset: its byte offset in that buffer. page: the host page size.
 BufferRoute route_buffer(const ArgSpec& spec, bool in_device_buffer, uintptr_t address, uint64_t nbytes,
                          uint64_t offset, uint64_t page);
 
-// Staging buffers are pooled by capacity: a power of two of at least one page,
-// so a few sizes serve every call and the pool stays small.
+// Bytes of the zeroed placeholder a parameter given no bytes is bound to: its element's
+// size (API validation checks that a binding holds the argument's type), at least 16,
+// in multiples of 16. A kernel reading it reads zeros.
+uint64_t placeholder_bytes(const ArgSpec& spec);
+
+// Staging buffers are pooled by capacity: up to kStagingPowerOfTwoLimit a power of two of
+// at least one page, so a few sizes serve most calls and the pool stays small; above it,
+// whole pages, so a large copy costs at most a page more than its bytes (a power of two
+// could double it, and pass the device's maxBufferLength).
+constexpr uint64_t kStagingPowerOfTwoLimit = uint64_t(1) << 20;
 uint64_t staging_capacity(uint64_t nbytes, uint64_t page);
 // Whether a released staging buffer is kept for reuse; the pool holds at most
 // kStagingPoolBytes so memory stays flat however many calls are made.

@@ -1,6 +1,7 @@
 #include "reflection.h"
 
 #include <algorithm>
+#include <cctype>
 
 #include "errors.h"
 
@@ -89,6 +90,25 @@ std::shared_ptr<const StructLayout> layout_from_reflection(const std::vector<Ref
   return out;
 }
 
+// A parameter of raw memory (`device void*`, `constant void*`): declared so, or reflected
+// with an element of no type and no bytes (what reflection may report for `void`). It takes
+// any array's bytes, as on the CPU simulator; a struct of 0 bytes no array could match.
+static bool raw_memory(const ReflectedBinding& b, const ParamDecl* p) {
+  if (p) {
+    const std::string& d = p->decl;
+    for (size_t at = d.find("void"); at != std::string::npos; at = d.find("void", at + 4)) {
+      const bool word = (at == 0 || !(std::isalnum((unsigned char)d[at - 1]) || d[at - 1] == '_')) &&
+                        (at + 4 == d.size() || !(std::isalnum((unsigned char)d[at + 4]) || d[at + 4] == '_'));
+      if (!word) continue;
+      size_t next = d.find_first_not_of(" \t", at + 4);
+      while (next != std::string::npos && d.compare(next, 5, "const") == 0)
+        next = d.find_first_not_of(" \t", next + 5);
+      if (next != std::string::npos && (d[next] == '*' || d[next] == '&')) return p->kind == ArgKind::Buffer;
+    }
+  }
+  return b.elem_type == MK_T_STRUCT && !b.is_struct && b.size == 0;
+}
+
 KernelSpec spec_from_reflection(const std::string& kernel, const std::vector<ReflectedBinding>& bindings,
                                 const KernelDecl* declared, uint32_t max_threads, const std::string& file) {
   KernelSpec spec;
@@ -125,6 +145,13 @@ KernelSpec spec_from_reflection(const std::string& kernel, const std::vector<Ref
       if (a.kind == ArgKind::Scalar) a.writable = false;
     }
     if (!tg && b.is_struct) a.layout = layout_from_reflection(b.fields, a.elem_size, a.elem_align);
+    if (!tg && raw_memory(b, find_param(declared, false, b.index))) {
+      a.type = MK_T_U8;  // bytes, whatever reflection calls the element: as the CPU backend takes `void*`
+      a.vec_width = 1;
+      a.elem_size = 1;
+      a.elem_align = 1;
+      a.layout = nullptr;
+    }
     spec.args.push_back(std::move(a));
   }
   std::stable_sort(spec.args.begin(), spec.args.end(), [](const ArgSpec& x, const ArgSpec& y) {

@@ -11,10 +11,12 @@
 // computeCommandEncoderWithDispatchType: with MTLDispatchTypeSerial (macOS
 // 10.14; each dispatch runs after the one before it, so a call sees the
 // previous calls' writes with no barrier), setComputePipelineState:,
-// setBuffer:offset:atIndex: (its buffer is nullable: nil for a None), setBytes:length:atIndex: (copies the bytes when
+// setBuffer:offset:atIndex:, setBytes:length:atIndex: (copies the bytes when
 // called), setThreadgroupMemoryLength:atIndex:, dispatchThreads:threadsPerThreadgroup:
 // (macOS 10.13), dispatchThreadgroups:threadsPerThreadgroup:, endEncoding,
-// commit, waitUntilCompleted, status, error, GPUStartTime / GPUEndTime (macOS 10.15).
+// addCompletedHandler: and commit (the wait is a core Completion, so Ctrl-C and timeout=
+// can end it while the GPU goes on), status, error, GPUStartTime / GPUEndTime (macOS 10.15).
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <new>
@@ -73,6 +75,14 @@ size_t MetalBatch::map(void* host, uint64_t nbytes, BufferRoute route, bool shar
   return mappings_.size() - 1;
 }
 
+size_t MetalBatch::zeroed(uint64_t nbytes) {
+  id<MTLBuffer> buffer = dev_.staging.acquire(dev_.device, nbytes, dev_.page);
+  if (!buffer) return SIZE_MAX;
+  std::memset(buffer.contents, 0, nbytes);
+  mappings_.push_back({nullptr, nbytes, buffer, true, false, false});
+  return mappings_.size() - 1;
+}
+
 void MetalBatch::release_mappings(size_t from) {
   for (size_t i = from; i < mappings_.size(); ++i)
     if (mappings_[i].staged) dev_.staging.release(mappings_[i].buffer);
@@ -85,7 +95,7 @@ void MetalBatch::encode(const MetalKernel& kernel, const Launch& launch) {
   check_threadgroup_memory(spec.name, launch.tg_bytes, kernel.static_threadgroup_memory_,
                            dev_.max_threadgroup_memory);
   const Dims3 groups = dev_.nonuniform_threadgroups ? g.ngroups : uniform_threadgroups(spec.name, g);
-  static const uint8_t kZeros[16] = {};
+  static const uint8_t kZeros[kInlineBytesLimit] = {};  // Empty: placeholder_bytes() < kInlineBytesLimit
 
   const size_t first_new = mappings_.size();
   std::vector<size_t> written;  // mappings this call writes
@@ -116,10 +126,17 @@ void MetalBatch::encode(const MetalKernel& kernel, const Launch& launch) {
           break;
         case BufferRoute::Empty:
           b.bytes = kZeros;
-          b.nbytes = sizeof kZeros;
+          b.nbytes = placeholder_bytes(s);
           break;
-        case BufferRoute::Unbound:  // None: setBuffer:nil offset:0 (the binding's buffer stays nil)
+        case BufferRoute::Zeroed: {
+          const size_t m = zeroed(placeholder_bytes(s));
+          if (m == SIZE_MAX) {
+            out_of_memory = true;
+            break;
+          }
+          b.buffer = mappings_[m].buffer;
           break;
+        }
         case BufferRoute::Wrap:
         case BufferRoute::Stage: {
           const size_t m = map(a.data, a.nbytes, b.route, s.kind == ArgKind::Buffer);
@@ -163,17 +180,41 @@ void MetalBatch::encode(const MetalKernel& kernel, const Launch& launch) {
   pipelines_.push_back(kernel.pipeline_);
 }
 
-BatchOutcome MetalBatch::finish() {
+BatchOutcome MetalBatch::finish_within(const RunLimits& limits, Completion::Clock::time_point start) {
   BatchOutcome out;
   out.validation = dev_.validation;
-  @autoreleasepool {
-    if (commands_) {
-      id<MTLCommandBuffer> commands = commands_;
+  id<MTLCommandBuffer> commands = commands_;
+  auto completion = std::make_shared<Completion>();
+  if (commands) {
+    @autoreleasepool {
       [encoder_ endEncoding];
       encoder_ = nil;
       commands_ = nil;
+      // Waited for through a handler, not waitUntilCompleted, so Ctrl-C and timeout= can end the wait.
+      [commands addCompletedHandler:^(id<MTLCommandBuffer>) {
+        completion->done();
+      }];
       [commands commit];
-      [commands waitUntilCompleted];
+    }
+    out.stopped = completion->wait(limits, start);
+  }
+  if (out.stopped != StopReason::None) {
+    // The GPU goes on: its staging buffers and pipelines are let go of only when it is done.
+    out.running = completion;
+    MetalDevice* dev = &dev_;
+    auto held = std::make_shared<std::vector<Mapping>>(std::move(mappings_));
+    auto pipelines = std::make_shared<std::vector<id<MTLComputePipelineState>>>(std::move(pipelines_));
+    mappings_.clear();
+    pipelines_.clear();
+    completion->then([dev, held, pipelines] {
+      for (const Mapping& m : *held)
+        if (m.staged) dev->staging.release(m.buffer);
+      pipelines->clear();
+    });
+    return out;
+  }
+  if (commands) {
+    @autoreleasepool {
       if (commands.status == MTLCommandBufferStatusError)
         out.gpu_error = error_text(commands.error, "no description");
       else
@@ -189,9 +230,22 @@ BatchOutcome MetalBatch::finish() {
 }
 
 void MetalKernel::dispatch(const Launch& launch) {
+  const auto start = Completion::Clock::now();
   MetalBatch batch(dev_);
   batch.encode(*this, launch);
-  const BatchOutcome out = batch.finish();
+  const BatchOutcome out = batch.finish_within(launch.limits, start);
+  if (out.stopped != StopReason::None) {
+    const double elapsed = std::chrono::duration<double>(Completion::Clock::now() - start).count();
+    const std::string message = gpu_stop_message(spec_, launch.limits, out.stopped, elapsed);
+    if (out.stopped == StopReason::Interrupt) {
+      Interrupted stop(message);
+      stop.running = out.running;
+      throw stop;
+    }
+    GpuTimeout stop(message);
+    stop.running = out.running;
+    throw stop;
+  }
   if (!out.gpu_error.empty()) throw KernelFault(gpu_fault_message(spec_.name, out.gpu_error, out.validation));
   last_gpu_time_ = out.seconds;
 }

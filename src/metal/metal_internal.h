@@ -87,7 +87,10 @@ class MetalBatch : public BatchEncoding {
   // Validates, binds every argument (throwing std::bad_alloc or DispatchError
   // before anything is encoded), then encodes one dispatch.
   void encode(const MetalKernel& kernel, const Launch& launch);
-  BatchOutcome finish() override;
+  BatchOutcome finish() override { return finish_within(RunLimits{}, Completion::Clock::now()); }
+  // finish(), but the wait stops when `limits` say (Completion::wait): the outcome then
+  // says why, nothing is copied back, and the buffers stay held until the GPU is done.
+  BatchOutcome finish_within(const RunLimits& limits, Completion::Clock::time_point start);
 
  private:
   // A host range given a buffer for the whole batch (route Wrap or Stage).
@@ -103,6 +106,9 @@ class MetalBatch : public BatchEncoding {
   // an earlier call of the batch made for exactly that range, else a new one (a
   // staged one is filled now); SIZE_MAX if Metal has no memory for it.
   size_t map(void* host, uint64_t nbytes, BufferRoute route, bool shared);
+  // Index in mappings_ of a fresh zero-filled staging buffer of nbytes (route Zeroed),
+  // never copied back; SIZE_MAX if Metal has no memory for it.
+  size_t zeroed(uint64_t nbytes);
   void release_mappings(size_t from);  // staging buffers go back to the pool
 
   MetalDevice& dev_;

@@ -2,10 +2,10 @@
 // (core/reflection.h turns the reflected bindings into ArgSpecs).
 // Metal APIs: newComputePipelineStateWithFunction:options:reflection:error:
 // with MTLPipelineOptionBindingInfo (MTLPipelineOptionArgumentInfo before the
-// macOS 15 SDK); reflection.bindings and MTLBinding / MTLBufferBinding /
+// macOS 15 SDK) and MTLPipelineOptionBufferTypeInfo (macOS 10.11); reflection.bindings and MTLBinding / MTLBufferBinding /
 // MTLThreadgroupBinding (macOS 13), reflection.arguments and MTLArgument before
-// macOS 13; maxTotalThreadsPerThreadgroup, staticThreadgroupMemoryLength (macOS
-// 10.13); MTLDataTypeBFloat (macOS 14); a struct's layout from bufferStructType
+// macOS 13; maxTotalThreadsPerThreadgroup, threadExecutionWidth (macOS 10.11),
+// staticThreadgroupMemoryLength (macOS 10.13); MTLDataTypeBFloat (macOS 14); a struct's layout from bufferStructType
 // (MTLStructType, MTLStructMember, MTLArrayType; MTLDataTypePointer from macOS 10.13).
 #include "../core/errors.h"
 #include "metal_internal.h"
@@ -97,10 +97,12 @@ std::vector<ReflectedField> reflected_fields(MTLStructType* type) {
 // One request serves both reflections. The macOS 15 SDK renamed
 // MTLPipelineOptionArgumentInfo (deprecated from macOS 13) to
 // MTLPipelineOptionBindingInfo, keeping its bit; older SDKs have only the old name.
+// Without MTLPipelineOptionBufferTypeInfo, bufferStructType and bufferPointerType
+// are nil (Apple's documentation of both options), and no struct has a layout.
 #if __MAC_OS_X_VERSION_MAX_ALLOWED >= 150000
-constexpr MTLPipelineOption kReflectBindings = MTLPipelineOptionBindingInfo;
+constexpr MTLPipelineOption kReflectBindings = MTLPipelineOptionBindingInfo | MTLPipelineOptionBufferTypeInfo;
 #else
-constexpr MTLPipelineOption kReflectBindings = MTLPipelineOptionArgumentInfo;
+constexpr MTLPipelineOption kReflectBindings = MTLPipelineOptionArgumentInfo | MTLPipelineOptionBufferTypeInfo;
 #endif
 
 std::vector<ReflectedBinding> from_bindings(NSArray<id<MTLBinding>>* bindings) API_AVAILABLE(macos(13.0)) {
@@ -198,6 +200,7 @@ std::shared_ptr<KernelImpl> make_metal_kernel(MetalDevice& dev, id<MTLFunction> 
   if (!pipeline) throw CompileFailure("kernel '" + name + "': " + error);
   KernelSpec spec =
       spec_from_reflection(name, bindings, declared, uint32_t(pipeline.maxTotalThreadsPerThreadgroup), file);
+  spec.simd_width = uint32_t(pipeline.threadExecutionWidth);
   return std::make_shared<MetalKernel>(dev, pipeline, std::move(spec));
 }
 

@@ -2,9 +2,11 @@
 // constants= it was made with, specializes each kernel with them and caches one
 // pipeline per kernel name, so a kernel's pipeline is built once and a changed
 // source (a new library: Python caches libraries by source) never reuses a
-// stale one.
+// stale one. Pipelines are built without the GIL, several threads at once
+// (core/kernel_cache.h).
 // Metal APIs: MTLCompileOptions with languageVersion (MTLLanguageVersion3_1,
-// macOS 14), mathMode (macOS 15; fastMathEnabled before) and preprocessorMacros;
+// macOS 14), mathMode and mathFloatingPointFunctions (macOS 15; fastMathEnabled
+// before) and preprocessorMacros;
 // newLibraryWithSource:options:error:, newLibraryWithURL:error: (macOS 10.13),
 // label, functionNames, newFunctionWithName:, functionType,
 // functionConstantsDictionary and MTLFunctionConstant (macOS 10.12),
@@ -14,6 +16,7 @@
 
 #include "../core/errors.h"
 #include "../core/function_constants.h"
+#include "../core/kernel_cache.h"
 #include "metal_backend.h"
 #include "metal_internal.h"
 
@@ -48,13 +51,12 @@ class MetalLibrary : public LibraryImpl {
 
   std::shared_ptr<KernelImpl> kernel(const std::string& name) override {
     if (std::find(names_.begin(), names_.end(), name) == names_.end()) return nullptr;
-    auto& slot = kernels_[name];
-    if (!slot) {
+    return kernels_.get(name, [&] {
       auto it = declared_.find(name);
-      slot = make_metal_kernel(dev_, specialized(name), name, it == declared_.end() ? nullptr : &it->second, file_);
-    }
-    return slot;
+      return make_metal_kernel(dev_, specialized(name), name, it == declared_.end() ? nullptr : &it->second, file_);
+    });
   }
+  bool concurrent_kernels() const override { return true; }  // the bindings build pipelines without the GIL
 
  private:
   // The kernel function with this library's function constants applied.
@@ -87,7 +89,7 @@ class MetalLibrary : public LibraryImpl {
   std::vector<ConstantArg> constants_;
   KernelDecls declared_;
   std::vector<std::string> names_;
-  std::map<std::string, std::shared_ptr<KernelImpl>> kernels_;  // the pipeline cache
+  KernelCache kernels_;  // the pipeline cache, shared by threads
 };
 
 std::shared_ptr<LibraryImpl> make_library(MetalDevice& dev, id<MTLLibrary> library, const std::string& file,
@@ -123,9 +125,14 @@ std::shared_ptr<LibraryImpl> metal_compile(const std::string& source, const std:
     // The CPU simulator implements MSL 3.1 (__METAL_VERSION__ 310): one language on both backends.
     if (@available(macOS 14.0, *)) options.languageVersion = MTLLanguageVersion3_1;
     // Metal's default is fast math; metalkit's is IEEE math unless fast_math=True, as on the CPU.
+    // From the macOS 15 SDK, mathMode replaces fastMathEnabled for arithmetic, and the
+    // single-precision math functions (exp, sin, pow...) are a property of their own whose
+    // default is the fast ones: both are set, as fastMathEnabled set both before.
 #if __MAC_OS_X_VERSION_MAX_ALLOWED >= 150000
     if (@available(macOS 15.0, *)) {
       options.mathMode = fast_math ? MTLMathModeFast : MTLMathModeSafe;
+      options.mathFloatingPointFunctions =
+          fast_math ? MTLMathFloatingPointFunctionsFast : MTLMathFloatingPointFunctionsPrecise;
     } else
 #endif
     {
