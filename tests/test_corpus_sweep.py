@@ -13,9 +13,9 @@ The generic launch (``_launch_inputs``) knows nothing of a kernel but ``kernel.a
 a fixed size filled with random bytes suited to their type, scalars and struct fields small and
 positive (llama.cpp's ``ne*``/``nb*`` sizes and byte strides made consistent), two by two
 threadgroups of the first size in THREADS whose result the launch defines (or of its host's size,
-HOST_THREADS, where another size races). A launch that
-faults, is refused, times out, does not compile or has no such size under both models is "not
-drivable": counted by kind, not failed. A fault under one model only is a failure.
+HOST_THREADS, where another size races). A launch that faults, is refused, times out, does not
+compile or has no such size under both models is "not drivable": counted by kind, not failed. A
+fault under one model only is a failure.
 
 Launches run in child processes (this file run as a script), so a kernel that kills its
 process is a failure naming it, not the end of the test run. ``METALKIT_SWEEP_LIMIT=N`` runs
