@@ -20,13 +20,14 @@ emit.py writes it; include/metalkit/simt.h is what the code runs on):
 from __future__ import annotations
 
 from ..model import FnDef, Kernel, Unit
+from ..tokens import Token
 from ..passes.callgraph import Reach
 from ..passes.params import BUILTINS
-from ..source import match
-from . import functions, names as names_mod, steps
+from . import functions, names as names_mod, scan, steps
 from .analysis import Function, Var
 from .emit import LANES, Emitter
-from .syntax import Parser, Unsupported
+from .syntax import Parser
+from .unsupported import Unsupported
 
 # Builtins whose value is base + lane: always, or when the threadgroup's rows hold whole SIMD-groups.
 AFFINE = {
@@ -154,17 +155,10 @@ def _fn_twins(unit: Unit, targs: tuple[int, int], sync_names: set[str]) -> list[
     """Partial specialisations of __mk_fn_twin (simt.h) for the SIMT functions among a kernel
     instantiation's template arguments (and theirs): `f<A>` gets `call`, declared as its twin
     `__mk_simt_f<A>`."""
-    words: list[str] = []
-    for t in unit.toks[targs[0]:targs[1] + 1]:
-        words += [">", ">"] if t.text == ">>" else [t.text]  # `f<g<int>>`: each template-id closes alone
-
-    def close(j: int) -> int:  # the `>` closing the `<` at j
-        depth = 0
-        for k in range(j, len(words)):
-            depth += {"<": 1, ">": -1, "(": 100, ")": -100}.get(words[k], 0)
-            if depth == 0:
-                return k
-        return len(words) - 1
+    toks: list[Token] = []
+    for t in unit.toks[targs[0]:targs[1] + 1]:  # `f<g<int>>`: each template-id closes alone
+        toks += [Token(">", "punct", t.line, t.col)] * 2 if t.text == ">>" else [t]
+    words = [t.text for t in toks]
     out = []
     for j, w in enumerate(words):
         if w not in sync_names or (j + 1 < len(words) and words[j + 1] == "("):
@@ -172,7 +166,7 @@ def _fn_twins(unit: Unit, targs: tuple[int, int], sync_names: set[str]) -> list[
         start = j
         while start >= 2 and words[start - 1] == "::":
             start -= 2
-        end = close(j + 1) if j + 1 < len(words) and words[j + 1] == "<" else j
+        end = scan.close_angle(toks, j + 1) if j + 1 < len(words) and words[j + 1] == "<" else j
         head, tail = " ".join(words[start:j]), " ".join(words[j + 1:end + 1])
         fn = f"{head} {w} {tail}".strip()
         twin = f"{head} __mk_simt_{w} {tail}".strip()
@@ -184,7 +178,7 @@ def _fn_twins(unit: Unit, targs: tuple[int, int], sync_names: set[str]) -> list[
 
 def _body(unit: Unit, f: FnDef, names):
     lparen = f.name_at + 1
-    params = [p.name for p in functions.parameters(unit, lparen, match(unit.toks, lparen, "(", ")"))] \
+    params = [p.name for p in functions.parameters(unit, lparen, scan.close(unit.toks, lparen))] \
         if unit.toks[lparen].text == "(" else []
     return Parser(unit.toks, names, unit.attr_at, f.body[1] + 1, params, unit.statements).block(f.body[0])
 
@@ -200,7 +194,7 @@ def _ref_params(unit: Unit, by_name: dict) -> dict[str, set[int]]:
             if unit.toks[lparen].text != "(":
                 continue
             try:
-                params = functions.parameters(unit, lparen, match(unit.toks, lparen, "(", ")"))
+                params = functions.parameters(unit, lparen, scan.close(unit.toks, lparen))
             except (Unsupported, IndexError):
                 continue
             for i, p in enumerate(params):
@@ -215,7 +209,7 @@ class _KernelPlan:
     def __init__(self, unit: Unit, f: FnDef, body, sync_names, ref_params):
         self.unit, self.f = unit, f
         lparen = f.name_at + 1
-        self.decls = functions.parameters(unit, lparen, match(unit.toks, lparen, "(", ")"))
+        self.decls = functions.parameters(unit, lparen, scan.close(unit.toks, lparen))
         kinds = {p.name: p for p in f.params}
         params = []
         for d in self.decls:

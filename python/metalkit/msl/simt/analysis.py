@@ -23,8 +23,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from . import syntax as sx
-from .syntax import Unsupported
+from . import scan, syntax as sx
+from .unsupported import Unsupported
 
 # Standard-library functions whose result depends on their arguments only.
 PURE = {
@@ -247,12 +247,7 @@ class Function:
 
     def _dims(self, rng) -> int:
         """The number of `[N]` in a declarator's token range."""
-        depth = n = 0
-        for k in range(rng[0], rng[1] + 1):
-            t = self.unit.toks[k].text
-            n += t == "[" and depth == 0
-            depth += (t in "([{") - (t in ")]}")
-        return n
+        return sum(x == "[" and depth == 1 for _, x, depth in scan.levels(self.unit.toks, rng[0], rng[1] + 1))
 
     # ---------------------------------------------------------------- effects
     def callee_name(self, c) -> str:

@@ -12,10 +12,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from . import syntax as sx
+from . import scan, syntax as sx
 from .analysis import Function, Info, conflict
-from .syntax import Unsupported
-from ..source import match
+from .unsupported import Unsupported
 
 LANES = "for (unsigned __l = 0; __l < 32u; ++__l) if (__m >> __l & 1u)"
 # Lane shapes with loops of their own, and when they hold (simt.h's frame::init_positions):
@@ -135,7 +134,7 @@ class Emitter:
                 continue
             elif w == "decltype" and lane is None and self.toks[i + 1].text == "(":
                 # A type is the same for every lane: lane 0's names it.
-                rp = match(self.toks, i + 1, "(", ")")
+                rp = scan.close(self.toks, i + 1)
                 out += [(i, "decltype")] + self.pieces_of(i + 1, rp, "0")
                 i = rp + 1
                 continue

@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..model import FnDef, Unit
-from ..source import match
-from .syntax import Unsupported
+from .scan import close, close_angle, split
+from .unsupported import Unsupported
 
 SPACE_WORDS = ("device", "constant", "threadgroup", "thread")
 
@@ -63,17 +63,17 @@ def signature(unit: Unit, f: FnDef) -> Signature:
         raise Unsupported(name, "an explicit specialization of a function template that uses SIMD-group functions")
     if toks[lparen].text != "(":
         raise Unsupported(name, "this function declaration")
-    rparen = match(toks, lparen, "(", ")")
+    rparen = close(toks, lparen)
     i = f.head
     template = None
     tparams: list[TParam] = []
     if toks[i].text == "template":
-        close = _close_angle(toks, i + 1)
-        template = (i, close)
-        if close == i + 2:
+        rangle = close_angle(toks, i + 1, after_name=True)
+        template = (i, rangle)
+        if rangle == i + 2:
             raise Unsupported(i, "an explicit specialization of a function template that uses SIMD-group functions")
-        tparams = _template_params(unit, i + 2, close)
-        i = close + 1
+        tparams = _template_params(unit, i + 2, rangle)
+        i = rangle + 1
     # Specifiers, attributes, then the return type.
     static = False
     ret_start = None
@@ -83,7 +83,7 @@ def signature(unit: Unit, f: FnDef) -> Signature:
             continue
         w = toks[i].text
         if w == "__attribute__" and toks[i + 1].text == "(":
-            i = match(toks, i + 1, "(", ")") + 1
+            i = close(toks, i + 1) + 1
             continue
         if w in _SPECIFIERS and ret_start is None:
             static |= w == "static"
@@ -115,9 +115,9 @@ def value_template_params(unit: Unit, f: FnDef) -> frozenset:
     toks = unit.toks
     if toks[f.head].text != "template" or toks[f.head + 1].text != "<":
         return frozenset()
-    close = _close_angle(toks, f.head + 1)
+    rangle = close_angle(toks, f.head + 1, after_name=True)
     out = set()
-    for a, b in _split(toks, f.head + 2, close):
+    for a, b in split(toks, f.head + 2, rangle):
         eq = next((j for j in range(a, b) if toks[j].text == "="), b)
         words = [toks[j] for j in range(a, eq)]
         if words and words[0].text not in ("typename", "class", "template") and words[-1].kind == "id":
@@ -125,49 +125,10 @@ def value_template_params(unit: Unit, f: FnDef) -> frozenset:
     return frozenset(out)
 
 
-def _close_angle(toks, lt: int) -> int:
-    depth = 0
-    for j in range(lt, len(toks)):
-        x = toks[j].text
-        # A `<` opens template arguments only after a name: `sizeof(T) < 8` compares.
-        opens = x == "<" and (j == lt or toks[j - 1].kind == "id")
-        depth += opens - (x == ">") - 2 * (x == ">>")
-        if x in ("(", "["):
-            depth += 100
-        elif x in (")", "]"):
-            depth -= 100
-        if depth <= 0 and x in (">", ">>"):
-            return j
-    raise Unsupported(lt, "an unterminated template parameter list")
-
-
-def _split(toks, a: int, b: int) -> list[tuple[int, int]]:
-    """Comma-separated pieces of toks[a:b] (ranges [start, end)), brackets and template arguments kept whole."""
-    out, start, depth, angle = [], a, 0, 0
-    for j in range(a, b):
-        x = toks[j].text
-        if x in ("(", "[", "{"):
-            depth += 1
-        elif x in (")", "]", "}"):
-            depth -= 1
-        elif x == "<" and depth == 0:
-            angle += 1
-        elif x == ">" and depth == 0 and angle:
-            angle -= 1
-        elif x == ">>" and depth == 0 and angle:
-            angle = max(0, angle - 2)
-        elif x == "," and depth == 0 and angle == 0:
-            out.append((start, j))
-            start = j + 1
-    if start < b:
-        out.append((start, b))
-    return out
-
-
 def _template_params(unit: Unit, a: int, b: int) -> list[TParam]:
     toks, src = unit.toks, unit.src
     out = []
-    for s, e in _split(toks, a, b):
+    for s, e in split(toks, a, b):
         eq = next((j for j in range(s, e) if toks[j].text == "="), e)
         words = [toks[j].text for j in range(s, eq)]
         if "template" in words:
@@ -192,7 +153,7 @@ def _template_params(unit: Unit, a: int, b: int) -> list[TParam]:
 def parameters(unit: Unit, lparen: int, rparen: int) -> list[ParamDecl]:
     toks, src = unit.toks, unit.src
     out = []
-    for s, e in _split(toks, lparen + 1, rparen):
+    for s, e in split(toks, lparen + 1, rparen):
         eq = next((j for j in range(s, e) if toks[j].text == "="), e)
         words = [j for j in range(s, eq) if not unit.in_attr(j)]
         if [toks[j].text for j in words] == ["void"]:
@@ -236,7 +197,7 @@ _TYPE_TAIL = {"const", "volatile", "int", "float", "half", "short", "long", "cha
 def class_members(unit: Unit, body: int) -> dict[str, bool]:
     """Names declared at the top level of the class body opened at toks[body]: name -> is static."""
     toks = unit.toks
-    end = match(toks, body, "{", "}")
+    end = close(toks, body)
     out: dict[str, bool] = {}
     j = body + 1
     stmt_static = False
@@ -244,12 +205,12 @@ def class_members(unit: Unit, body: int) -> dict[str, bool]:
     while j < end:
         x = toks[j]
         if x.text == "{":
-            j = match(toks, j, "{", "}") + 1
+            j = close(toks, j) + 1
             if toks[j - 2].text != "=" and toks[j - 2].text != ",":  # a function body ends its declaration
                 stmt_static = stmt_type = False
             continue
         if x.text in ("(",):
-            j = match(toks, j, "(", ")") + 1
+            j = close(toks, j) + 1
             continue
         if x.text == ";" or (x.text == ":" and toks[j - 1].text in ("public", "private", "protected")):
             stmt_static = stmt_type = False
@@ -268,17 +229,20 @@ def base_classes(unit: Unit, body: int) -> list[str]:
     """Names of the base classes in the head of the class body opened at toks[body]."""
     toks = unit.toks
     k = body - 1
-    names = []
     while k > 0 and toks[k].text not in (";", "}", "{"):
         k -= 1
-    head = [t.text for t in toks[k + 1:body]]
-    if ":" not in head:
+    colon = next((j for j in range(k + 1, body) if toks[j].text == ":"), None)
+    if colon is None:
         return []
-    depth = 0
-    for idx in range(head.index(":") + 1, len(head)):
-        w = head[idx]
-        depth += (w == "<") - (w == ">") - 2 * (w == ">>")
-        if depth == 0 and w not in ("public", "private", "protected", "virtual", ",", "::") and (
-                idx + 1 == len(head) or head[idx + 1] in (",", "<")):
+    names = []
+    j = colon + 1
+    while j < body:
+        w = toks[j].text
+        if w == "<":
+            j = close_angle(toks, j, body) + 1
+            continue
+        if w not in ("public", "private", "protected", "virtual", ",", "::") and (
+                j + 1 == body or toks[j + 1].text in (",", "<")):
             names.append(w)
+        j += 1
     return names

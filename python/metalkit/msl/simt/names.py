@@ -12,6 +12,8 @@ import functools
 from dataclasses import dataclass, field
 
 from ..tokens import Token, tokenize_line
+from .scan import close, close_angle
+from .unsupported import Unsupported
 
 # Type keywords of C++ and MSL that are not declared by any header.
 BUILTIN_TYPES = {
@@ -77,29 +79,21 @@ def _collect(text: str) -> Names:
             if toks[j].text in ("class", "struct"):  # enum class
                 j += 1
             while j < n and toks[j].text == "[":  # attributes
-                depth = 0
-                while j < n:
-                    depth += (toks[j].text == "[") - (toks[j].text == "]")
-                    j += 1
-                    if depth == 0:
-                        break
+                j = _past(toks, j)
             if j < n and toks[j].kind == "id":
                 names.types.add(toks[j].text)
         elif w == "typedef":
             # The declared name: the last identifier at depth 0 before ';' (or before '(' of a function type).
-            j, depth, last = i + 1, 0, None
-            while j < n and not (depth == 0 and toks[j].text == ";"):
+            j, last = i + 1, None
+            while j < n and toks[j].text != ";":
                 x = toks[j]
-                if x.text in "([{<":
-                    if x.text == "(" and depth == 0 and j + 1 < n and toks[j + 1].text == "*":
-                        last = toks[j + 2].text if j + 2 < n else last  # typedef R (*name)(...)
-                        break
-                    depth += 1
-                elif x.text in ")]}>":
-                    depth -= 1
-                elif x.text == ">>":
-                    depth -= 2
-                elif depth == 0 and x.kind == "id":
+                if x.text == "(" and j + 1 < n and toks[j + 1].text == "*":
+                    last = toks[j + 2].text if j + 2 < n else last  # typedef R (*name)(...)
+                    break
+                if x.text in ("(", "[", "{", "<"):
+                    j = _past(toks, j)
+                    continue
+                if x.kind == "id":
                     last = x.text
                 j += 1
             if last:
@@ -119,57 +113,34 @@ def _collect(text: str) -> Names:
 def _template_name(toks: list[Token], lt: int, names: Names) -> None:
     """The name a ``template <...>`` head declares."""
     n = len(toks)
-    depth, j = 0, lt
-    while j < n:
-        x = toks[j].text
-        if x == "<":
-            depth += 1
-        elif x == ">":
-            depth -= 1
-        elif x == ">>":
-            depth -= 2
-        elif x in ("(", "["):
-            depth += 100
-        elif x in (")", "]"):
-            depth -= 100
-        j += 1
-        if depth <= 0:
-            break
+    j = _past(toks, lt)
     # After the head: `struct|class|union NAME`, `using NAME =`, or a function/variable ending in NAME ( / NAME =
-    k, depth, last = j, 0, None
+    k, last = j, None
     while k < n and k - j < 200:
         x = toks[k]
         if x.text in ("__attribute__", "__declspec", "alignas") and k + 1 < n and toks[k + 1].text == "(":
-            k = _skip_parens(toks, k + 1)
+            k = _past(toks, k + 1)
             continue
-        if depth == 0 and x.text in ("struct", "class", "union") and k + 1 < n and toks[k + 1].kind == "id":
+        if x.text in ("struct", "class", "union", "using") and k + 1 < n and toks[k + 1].kind == "id":
             names.templates.add(toks[k + 1].text)
             names.types.add(toks[k + 1].text)
             return
-        if depth == 0 and x.text == "using" and k + 1 < n and toks[k + 1].kind == "id":
-            names.templates.add(toks[k + 1].text)
-            names.types.add(toks[k + 1].text)
-            return
-        if depth == 0 and x.text in ("(", "=", ";", "{"):
+        if x.text in ("(", "=", ";", "{"):
             if last and last != "operator":
                 names.templates.add(last)
             return
         if x.text == "<":
-            depth += 1
-        elif x.text == ">":
-            depth -= 1
-        elif x.text == ">>":
-            depth -= 2
-        elif depth == 0 and x.kind == "id":
+            k = _past(toks, k)
+            continue
+        if x.kind == "id":
             last = x.text
         k += 1
 
 
-def _skip_parens(toks: list[Token], i: int) -> int:
-    """Index just past the ')' closing the '(' at toks[i]."""
-    depth = 0
-    for j in range(i, len(toks)):
-        depth += (toks[j].text == "(") - (toks[j].text == ")")
-        if depth == 0:
-            return j + 1
-    return len(toks)
+def _past(toks: list[Token], i: int) -> int:
+    """Index just past the bracket or template argument list opened at toks[i] (the end of the
+    text if it never closes: this scan reads any text, and only collects names)."""
+    try:
+        return (close_angle(toks, i) if toks[i].text == "<" else close(toks, i)) + 1
+    except Unsupported:
+        return len(toks)

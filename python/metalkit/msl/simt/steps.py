@@ -24,7 +24,7 @@ kernel calls run whole per lane.
 from __future__ import annotations
 
 from ..model import FnDef, Unit
-from ..source import match
+from . import scan
 
 # Tokens after which a '{' opens a block of statements (not an initializer or a class body).
 _BLOCK_AFTER = {")", "{", "}", ";", ":", "else", "do", "try"}
@@ -88,13 +88,10 @@ def _assignment(unit: Unit, i: int, b: int, at) -> None:
     toks, src = unit.toks, unit.src
     if toks[i].text in _NOT_PLAIN or toks[i].kind != "id":
         return
-    depth, eq = 0, None
-    for j in range(i, b):
-        x = toks[j].text
-        if x in ("{", "}", "constexpr") or (x == "," and depth == 0) or (x == ":" and depth == 0):
+    eq = None
+    for j, x, depth in scan.levels(toks, i, b):
+        if x in ("{", "}", "constexpr") or (x in (",", ":") and depth == 0):
             return  # a block, an initializer list, several declarators, a label
-        depth += x in ("(", "[")
-        depth -= x in (")", "]")
         if depth == 0 and x == ";":
             break
         if depth == 0 and eq is None and x in ("&", "&&"):
@@ -112,17 +109,13 @@ def _assignment(unit: Unit, i: int, b: int, at) -> None:
 def _condition(unit: Unit, kw: int, b: int, meet, at) -> None:
     toks, src = unit.toks, unit.src
     lp = kw + 1
-    rp = match(toks, lp, "(", ")")
-    parts, depth, start = [], 0, lp + 1
-    for j in range(lp + 1, rp):
-        x = toks[j].text
-        depth += x in ("(", "[", "{")
-        depth -= x in (")", "]", "}")
-        if depth == 0 and x in (";", ":"):
-            if x == ":":
-                return  # a range-based for
-            parts.append((start, j - 1))
-            start = j + 1
+    rp = scan.close(toks, lp)
+    parts, start = [], lp + 1
+    for j in scan.top_level(toks, lp + 1, rp, (";", ":")):
+        if toks[j].text == ":":
+            return  # a range-based for
+        parts.append((start, j - 1))
+        start = j + 1
     parts.append((start, rp - 1))
     if toks[kw].text == "for":
         if len(parts) != 3:
@@ -145,13 +138,9 @@ def _condition(unit: Unit, kw: int, b: int, meet, at) -> None:
     # A loop's lanes meet at its end before each test of its condition.
     end = rp + 1
     if toks[end].text == "{":
-        end = match(toks, end, "{", "}")
+        end = scan.close(toks, end)
     else:
-        depth = 0
-        while end < b and not (depth == 0 and toks[end].text == ";"):
-            depth += toks[end].text in ("(", "[", "{")
-            depth -= toks[end].text in (")", "]", "}")
-            end += 1
+        end = next(iter(scan.top_level(toks, end, b, (";",))), b)
     if c1 < c0:  # for (init; ; inc)
         src.insert_after(c1, f" ({meet(end)}, true)")
     else:

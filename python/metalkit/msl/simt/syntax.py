@@ -11,13 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..tokens import Token
+from . import scan
 from .names import BUILTIN_TYPES, DECL_SPECIFIERS, Names
-
-
-class Unsupported(Exception):
-    def __init__(self, tok: int, why: str):
-        super().__init__(why)
-        self.tok, self.why = tok, why
+from .unsupported import Unsupported
 
 
 # ---------------------------------------------------------------- expressions
@@ -280,43 +276,15 @@ class Parser:
             if i in self.attr_at:
                 i = self.attr_at[i][0] + 1
             elif self.t(i) == "__attribute__" and self.t(i + 1) == "(":
-                i = self.close(i + 1, "(", ")") + 1
+                i = self.close(i + 1) + 1
             else:
                 return i
 
-    def close(self, i: int, open_: str, close: str) -> int:
-        depth = 0
-        for j in range(i, self.end):
-            x = self.toks[j].text
-            if x == open_:
-                depth += 1
-            elif x == close:
-                depth -= 1
-                if depth == 0:
-                    return j
-        raise Unsupported(i, f"unbalanced '{open_}'")
+    def close(self, i: int) -> int:
+        return scan.close(self.toks, i, self.end)
 
     def close_angle(self, i: int) -> int:
-        """The '>' closing the template argument list opened at i ('>>' counts twice)."""
-        depth = 0
-        j = i
-        while j < self.end:
-            x = self.toks[j].text
-            if x in ("(", "[", "{"):
-                j = self.close(j, x, {"(": ")", "[": "]", "{": "}"}[x]) + 1
-                continue
-            if x == "<":
-                depth += 1
-            elif x == ">":
-                depth -= 1
-            elif x == ">>":
-                depth -= 2
-            elif x in (";",):
-                break
-            if depth <= 0 and x in (">", ">>"):
-                return j
-            j += 1
-        raise Unsupported(i, "unbalanced '<'")
+        return scan.close_angle(self.toks, i, self.end)
 
     def is_type_name(self, w: str) -> bool:
         if any(w in s for s in self.local_vars):
@@ -353,7 +321,7 @@ class Parser:
             constexpr = self.t(i) == "constexpr"
             if constexpr:
                 i += 1
-            rp = self.close(i, "(", ")")
+            rp = self.close(i)
             cond = self.cond_expr(i + 1, rp)
             then = self.stmt(rp + 1)
             els = None
@@ -363,31 +331,26 @@ class Parser:
                 j = els.b + 1
             return If(a, j - 1, cond, then, els, constexpr)
         if w == "while":
-            rp = self.close(i + 1, "(", ")")
+            rp = self.close(i + 1)
             cond = self.cond_expr(i + 2, rp)
             body = self.stmt(rp + 1)
             return While(i, body.b, cond, body)
         if w == "do":
             body = self.stmt(i + 1)
             j = self.expect(body.b + 1, "while")
-            rp = self.close(j, "(", ")")
+            rp = self.close(j)
             cond = self.expr(j + 1, rp)
             self.expect(rp + 1, ";")
             return DoWhile(i, rp + 1, body, cond)
         if w == "for":
             return self.for_stmt(i)
         if w == "switch":
-            rp = self.close(i + 1, "(", ")")
+            rp = self.close(i + 1)
             cond = self.cond_expr(i + 2, rp)
             body = self.stmt(rp + 1)
             return Switch(i, body.b, cond, body)
         if w in ("case", "default"):
-            j = i + 1
-            depth = 0
-            while j < self.end and not (depth == 0 and self.t(j) == ":"):
-                depth += self.t(j) in "([{"
-                depth -= self.t(j) in ")]}"
-                j += 1
+            j = next(iter(scan.top_level(self.toks, i + 1, self.end, (":",))), self.end)
             value = self.expr(i + 1, j) if w == "case" else None
             return Case(i, j, value)
         if w == "return":
@@ -421,30 +384,20 @@ class Parser:
         return ExprStmt(i, semi, self.expr(i, semi))
 
     def find_semi(self, i: int) -> int:
-        depth = 0
-        for j in range(i, self.end):
-            x = self.toks[j].text
-            if x in ("(", "[", "{"):
-                depth += 1
-            elif x in (")", "]", "}"):
-                depth -= 1
-                if depth < 0:
-                    break
-            elif x == ";" and depth == 0:
+        for j, x, depth in scan.levels(self.toks, i, self.end):
+            if depth < 0:
+                break
+            if x == ";" and depth == 0:
                 return j
         raise Unsupported(i, "a statement without ';'")
 
     def for_stmt(self, i: int) -> Stmt:
-        rp = self.close(i + 1, "(", ")")
-        semis, depth = [], 0
-        for j in range(i + 2, rp):
-            x = self.t(j)
-            depth += x in ("(", "[", "{")
-            depth -= x in (")", "]", "}")
-            if depth == 0 and x == ";":
-                semis.append(j)
-            if depth == 0 and x == ":" and not semis:
+        rp = self.close(i + 1)
+        semis = []
+        for j in scan.top_level(self.toks, i + 2, rp, (";", ":")):
+            if self.t(j) == ":" and not semis:
                 raise Unsupported(i, "range-based for loops")
+            semis += [j] if self.t(j) == ";" else []
         if len(semis) != 2:
             raise Unsupported(i, "a for loop header")
         init = None
@@ -486,7 +439,7 @@ class Parser:
         # The type: builtin words, or a (qualified, templated) name, or decltype(...).
         start = j
         if self.t(j) in ("decltype", "__underlying_type"):
-            j = self.close(j + 1, "(", ")") + 1
+            j = self.close(j + 1) + 1
             strong = True
         elif self.t(j) in BUILTIN_TYPES:
             while self.t(j) in BUILTIN_TYPES or self.t(j) in ("const", "volatile"):
@@ -551,7 +504,7 @@ class Parser:
             j = self.skip_attrs(j + 1)
             da = j
             while self.t(j) == "[":
-                j = self.close(j, "[", "]") + 1
+                j = self.close(j) + 1
             dims = (da, j - 1)
             j = self.skip_attrs(j)
             init, kind, ctor_args = None, "", []
@@ -560,11 +513,11 @@ class Parser:
                 init = self.expr(j + 1, e) if self.t(j + 1) != "{" else self.init_list(j + 1, e)
                 kind, j = "=", e
             elif self.t(j) == "(":
-                rp = self.close(j, "(", ")")
+                rp = self.close(j)
                 ctor_args = self.args(j + 1, rp)
                 kind, j = "()", rp + 1
             elif self.t(j) == "{":
-                rb = self.close(j, "{", "}")
+                rb = self.close(j)
                 init = self.init_list(j, rb + 1)
                 kind, j = "{}", rb + 1
             decls.append(Declarator(name, a, j - 1, ptr, dims, init, kind, ctor_args))
@@ -578,18 +531,16 @@ class Parser:
 
     def find_decl_end(self, i: int) -> int:
         """End (exclusive) of an initializer: the ',' or ';' at depth 0."""
-        depth = 0
         j = i
         while j < self.end:
             x = self.t(j)
-            if x in ("(", "[", "{"):
-                depth += 1
+            if x in scan.CLOSE:
+                j = self.close(j)
             elif x in (")", "]", "}"):
-                depth -= 1
+                break  # the end of what holds the declaration: no ',' or ';' ends it
             elif x == "<" and self.t(j - 1) in self.names.templates:
-                j = self.close_angle(j) + 1
-                continue
-            elif depth == 0 and x in (",", ";"):
+                j = self.close_angle(j)
+            elif x in (",", ";"):
                 return j
             j += 1
         raise Unsupported(i, "an unterminated initializer")
@@ -610,7 +561,7 @@ class Parser:
         j = a
         while j < b:
             if self.t(j) == "{":
-                rb = self.close(j, "{", "}")
+                rb = self.close(j)
                 e = self.init_list(j, rb + 1)
                 j = rb + 1
             else:
@@ -623,7 +574,7 @@ class Parser:
         return out
 
     def init_list(self, a: int, b: int) -> InitList:
-        rb = self.close(a, "{", "}")
+        rb = self.close(a)
         if rb + 1 != b:
             raise Unsupported(rb, "an initializer")
         items = []
@@ -632,11 +583,11 @@ class Parser:
             if self.t(j) == "." and self.kind(j + 1) == "id" and self.t(j + 2) == "=":
                 j += 3  # designated initializer
             elif self.t(j) == "[":
-                rs = self.close(j, "[", "]")
+                rs = self.close(j)
                 if self.t(rs + 1) != "=":
                     raise Unsupported(j, "an initializer")
                 j = rs + 2  # [i] = x, [a ... b] = x
-            e = self.init_list(j, self.close(j, "{", "}") + 1) if self.t(j) == "{" else None
+            e = self.init_list(j, self.close(j) + 1) if self.t(j) == "{" else None
             if e is None:
                 e, j = self.assign(j, rb)
             else:
@@ -658,7 +609,7 @@ class Parser:
         if j < b and self.t(j) in _ASSIGN:
             op = self.t(j)
             if self.t(j + 1) == "{":
-                rb = self.close(j + 1, "{", "}")
+                rb = self.close(j + 1)
                 rhs, k = self.init_list(j + 1, rb + 1), rb + 1
             else:
                 rhs, k = self.assign(j + 1, b)
@@ -692,16 +643,16 @@ class Parser:
             return Unary(a, e.b, w, e), j
         if w in ("sizeof", "alignof", "__alignof__", "alignof"):
             if self.t(a + 1) == "(":
-                rp = self.close(a + 1, "(", ")")
+                rp = self.close(a + 1)
                 if self.looks_like_type(a + 2, rp):
                     return Opaque(a, rp), rp + 1
             if w == "sizeof" and self.t(a + 1) == "...":
-                rp = self.close(a + 2, "(", ")")
+                rp = self.close(a + 2)
                 return Opaque(a, rp), rp + 1
             e, j = self.unary(a + 1, b)
             return Unary(a, e.b, w, e), j
         if w == "(" and self.is_cast(a, b):
-            rp = self.close(a, "(", ")")
+            rp = self.close(a)
             e, j = self.unary(rp + 1, b)
             return Cast(a, e.b, (a + 1, rp - 1), [e]), j
         return self.postfix(a, b)
@@ -722,7 +673,7 @@ class Parser:
             typename |= self.t(j) == "typename"
             j += 1
         if self.t(j) in ("decltype", "__underlying_type"):
-            j = self.close(j + 1, "(", ")") + 1
+            j = self.close(j + 1) + 1
             seen = True
         elif self.t(j) in BUILTIN_TYPES:
             while self.t(j) in BUILTIN_TYPES or self.t(j) in ("const", "volatile"):
@@ -753,11 +704,11 @@ class Parser:
         while self.t(j) in ("*", "&", "&&", "const", "volatile", "thread", "threadgroup", "device", "constant"):
             j += 1
         while self.t(j) == "[":
-            j = self.close(j, "[", "]") + 1
+            j = self.close(j) + 1
         return j
 
     def is_cast(self, a: int, b: int) -> bool:
-        rp = self.close(a, "(", ")")
+        rp = self.close(a)
         if rp + 1 >= b or not self.looks_like_type(a + 1, rp):
             return False
         nxt = self.t(rp + 1)
@@ -768,12 +719,12 @@ class Parser:
         while j < b:
             w = self.t(j)
             if w == "(":
-                rp = self.close(j, "(", ")")
+                rp = self.close(j)
                 args = self.args(j + 1, rp)
                 e = Call(e.a, rp, e, args, j)
                 j = rp + 1
             elif w == "[":
-                rb = self.close(j, "[", "]")
+                rb = self.close(j)
                 idx = self.expr(j + 1, rb)
                 e = Index(e.a, rb, e, idx)
                 j = rb + 1
@@ -807,11 +758,11 @@ class Parser:
         if w == "this":
             return Name(a, a, a), a + 1
         if w == "(":
-            rp = self.close(a, "(", ")")
+            rp = self.close(a)
             inner = self.expr(a + 1, rp)
             return Paren(a, rp, inner), rp + 1
         if w == "{":
-            rb = self.close(a, "{", "}")
+            rb = self.close(a)
             return self.init_list(a, rb + 1), rb + 1
         if w == "[":
             raise Unsupported(a, "lambdas")
@@ -819,11 +770,11 @@ class Parser:
             if self.t(a + 1) != "<":
                 return self.name(a, b)
             ra = self.close_angle(a + 1)
-            rp = self.close(ra + 1, "(", ")")
+            rp = self.close(ra + 1)
             inner = self.expr(ra + 2, rp)
             return Cast(a, rp, (a + 2, ra - 1), [inner]), rp + 1
         if w in ("decltype", "__underlying_type"):
-            rp = self.close(a + 1, "(", ")")
+            rp = self.close(a + 1)
             # decltype(x) of a local x: the emitter names its per-lane type.
             inner = [Name(a + 2, a + 2, a + 2)] if rp == a + 3 and self.kind(a + 2) == "id" else []
             if self.t(rp + 1) == "::":  # decltype(x)::member
@@ -836,9 +787,9 @@ class Parser:
             if end is not None and self.t(end) in ("(", "{"):
                 # A functional cast / construction: T(args), T{args}.
                 if self.t(end) == "(":
-                    rp = self.close(end, "(", ")")
+                    rp = self.close(end)
                     return Cast(a, rp, (a, end - 1), self.args(end + 1, rp)), rp + 1
-                rb = self.close(end, "{", "}")
+                rb = self.close(end)
                 return Cast(a, rb, (a, end - 1), self.init_list(end, rb + 1).items), rb + 1
         if k == "id" or w == "::":
             return self.name(a, b)
@@ -876,8 +827,8 @@ class Parser:
         # A qualified name that is a type followed by ( or { is a construction.
         if self.t(j) in ("(", "{") and qualified and self.is_type_name(self.t(last)):
             if self.t(j) == "(":
-                rp = self.close(j, "(", ")")
+                rp = self.close(j)
                 return Cast(a, rp, (a, end), self.args(j + 1, rp)), rp + 1
-            rb = self.close(j, "{", "}")
+            rb = self.close(j)
             return Cast(a, rb, (a, end), self.init_list(j, rb + 1).items), rb + 1
         return Name(a, end, last, qualified), j
