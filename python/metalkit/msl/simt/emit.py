@@ -183,31 +183,13 @@ class Emitter:
     def leaves(self, s) -> list:
         """(mem_r, mem_w) of every statement inside s, or None if s holds something a region cannot."""
         out = []
-
-        def walk(t):
-            if isinstance(t, sx.Block):
-                for c in t.stmts:
-                    walk(c)
-            elif isinstance(t, sx.If):
-                out.append(self.info(t.cond))
-                walk(t.then)
-                if t.els is not None:
-                    walk(t.els)
-            elif isinstance(t, (sx.While, sx.DoWhile, sx.Switch)):
-                out.append(self.info(t.cond))
-                walk(t.body)
-            elif isinstance(t, sx.For):
-                if t.init is not None:
-                    walk(t.init)
-                for p in (t.cond, t.inc):
-                    if p is not None:
-                        out.append(self.info(p))
-                walk(t.body)
-            elif isinstance(t, sx.Decl) and any(dc.var.kind == "shared" for dc in t.declarators):
+        for t in s.walk():
+            if isinstance(t, sx.Decl) and any(dc.var.kind == "shared" for dc in t.declarators):
                 out.append(None)
+            elif isinstance(t, _STRUCTURES):
+                out += [self.info(h) for h in t.heads()]
             else:
                 out.append(self.info(t))
-        walk(s)
         return out
 
     @staticmethod
@@ -266,7 +248,7 @@ class Emitter:
             return Piece("M" if cv else "S", [s], bodies)
         if isinstance(s, (sx.While, sx.DoWhile, sx.For)):
             v = ctx_v or id(s) in self.fn.loop_varying or any(
-                p is not None and self.info(p).hoists for p in _loop_parts(s))
+                self.info(p).hoists for p in s.heads())
             body = self.sort(_stmts(s.body), v)
             bodies = [body]
             if isinstance(s, sx.For) and s.init is not None:
@@ -275,7 +257,7 @@ class Emitter:
         if isinstance(s, sx.Switch):
             if ctx_v or self.fn.varying(self.info(s.cond)) or self.info(s.cond).hoists:
                 body = _stmts(s.body)
-                if any(isinstance(t, sx.Case) for c in body for t in _nested(c) if t is not c):
+                if any(isinstance(t, sx.Case) for c in body for t in c.walk() if t is not c):
                     raise Unsupported(s.a, "a case label inside a nested statement of a switch on a per-thread value")
                 return Piece("M", [s], [self.sort(body, True)])
             return Piece("S", [s], [self.sort(_stmts(s.body), False)])
@@ -291,15 +273,8 @@ class Emitter:
                 return True
             if isinstance(s, sx.Jump):
                 return depth == 0
-            if isinstance(s, sx.Block):
-                return any(has_jump(c, depth) for c in s.stmts)
-            if isinstance(s, sx.If):
-                return has_jump(s.then, depth) or (s.els is not None and has_jump(s.els, depth))
-            if isinstance(s, (sx.While, sx.DoWhile, sx.For)):
-                return has_jump(s.body, depth + 1)
-            if isinstance(s, sx.Switch):
-                return has_jump(s.body, depth + 1)
-            return False
+            inner = depth + isinstance(s, (sx.While, sx.DoWhile, sx.For, sx.Switch))  # what break leaves
+            return any(has_jump(c, inner) for c in s.children())
         if p.kind == "S":
             return any(q.retires for body in p.bodies for q in body)
         return any(has_jump(s, 0) for s in p.stmts) and (ctx_v or p.kind != "U")
@@ -320,16 +295,14 @@ class Emitter:
             for p in ps:
                 pid = id(p)
                 if p.kind in ("S", "M"):
-                    s = p.stmts[0]
-                    for part in _heads(s):
-                        if part is not None:
-                            own(part.a, part.b, pid)
+                    for part in p.stmts[0].heads():
+                        own(part.a, part.b, pid)
                     for body in p.bodies:
                         walk(body)
                 else:
                     for s in p.stmts:
                         own(s.a, s.b, pid)
-                        for t in _nested(s):
+                        for t in s.walk():
                             owner[id(t)] = pid
         walk(pieces)
         for v in fn.vars:
@@ -899,6 +872,9 @@ class Emitter:
                 self.src.line_out[ln] = ""
 
 
+_STRUCTURES = (sx.Block, sx.If, sx.While, sx.DoWhile, sx.For, sx.Switch)
+
+
 def _stmts(s) -> list:
     return s.stmts if isinstance(s, sx.Block) else [s]
 
@@ -909,40 +885,5 @@ def _unparen(e):
     return e
 
 
-def _loop_parts(s) -> list:
-    if isinstance(s, sx.For):
-        return [s.cond, s.inc]
-    return [s.cond]
-
-
-def _heads(s) -> list:
-    """The expressions a control structure evaluates itself (not its bodies)."""
-    if isinstance(s, sx.If):
-        return [s.cond]
-    if isinstance(s, (sx.While, sx.DoWhile, sx.Switch)):
-        return [s.cond]
-    if isinstance(s, sx.For):
-        return [s.cond, s.inc]
-    return []
-
-
 def _deduced(toks, d) -> bool:
     return any(toks[k].text in ("auto", "decltype") for k in range(d.type[0], d.type[1] + 1))
-
-
-def _nested(s):
-    """s and every statement inside it."""
-    yield s
-    if isinstance(s, sx.Block):
-        for c in s.stmts:
-            yield from _nested(c)
-    elif isinstance(s, sx.If):
-        yield from _nested(s.then)
-        if s.els is not None:
-            yield from _nested(s.els)
-    elif isinstance(s, (sx.While, sx.DoWhile, sx.Switch)):
-        yield from _nested(s.body)
-    elif isinstance(s, sx.For):
-        if s.init is not None:
-            yield s.init
-        yield from _nested(s.body)

@@ -150,10 +150,27 @@ class Stmt:
     a: int
     b: int
 
+    def children(self) -> list["Stmt"]:
+        """Its sub-statements, in source order."""
+        return []
+
+    def heads(self) -> list[Expr]:
+        """The expressions a control structure evaluates itself (not those of its sub-statements)."""
+        return []
+
+    def walk(self):
+        """It and every statement inside it."""
+        yield self
+        for c in self.children():
+            yield from c.walk()
+
 
 @dataclass(eq=False)
 class Block(Stmt):
     stmts: list = field(default_factory=list)
+
+    def children(self):
+        return list(self.stmts)
 
 
 @dataclass(eq=False)
@@ -188,17 +205,35 @@ class If(Stmt):
     els: Stmt = None
     constexpr: bool = False
 
+    def children(self):
+        return [self.then] + ([self.els] if self.els is not None else [])
+
+    def heads(self):
+        return [self.cond]
+
 
 @dataclass(eq=False)
 class While(Stmt):
     cond: Expr = None
     body: Stmt = None
 
+    def children(self):
+        return [self.body]
+
+    def heads(self):
+        return [self.cond]
+
 
 @dataclass(eq=False)
 class DoWhile(Stmt):
     body: Stmt = None
     cond: Expr = None
+
+    def children(self):
+        return [self.body]
+
+    def heads(self):
+        return [self.cond]
 
 
 @dataclass(eq=False)
@@ -209,11 +244,23 @@ class For(Stmt):
     body: Stmt = None
     rparen: int = 0
 
+    def children(self):
+        return ([self.init] if self.init is not None else []) + [self.body]
+
+    def heads(self):
+        return [e for e in (self.cond, self.inc) if e is not None]
+
 
 @dataclass(eq=False)
 class Switch(Stmt):
     cond: Expr = None
     body: Stmt = None
+
+    def children(self):
+        return [self.body]
+
+    def heads(self):
+        return [self.cond]
 
 
 @dataclass(eq=False)
