@@ -24,8 +24,9 @@ from ..tokens import Token
 from ..passes.callgraph import Reach
 from ..passes.params import BUILTINS
 from . import functions, names as names_mod, scan, steps
-from .analysis import Function, Var
+from .analysis import Function
 from .emit import LANES, Emitter
+from .resolve import Var
 from .syntax import Parser
 from .unsupported import Unsupported
 

@@ -13,7 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from . import scan, syntax as sx
-from .analysis import Function, Info, conflict
+from .analysis import Function
+from .effects import Info, conflict
+from .uniformity import per_lane, varying
 from .unsupported import Unsupported
 
 LANES = "for (unsigned __l = 0; __l < 32u; ++__l) if (__m >> __l & 1u)"
@@ -159,21 +161,21 @@ class Emitter:
         if inf.hoists or inf.barrier or inf.simd_barrier:
             return False
         if isinstance(s, (sx.Return, sx.Jump)):
-            return ctx_v or (isinstance(s, sx.Return) and self.fn.varying(inf))
+            return ctx_v or (isinstance(s, sx.Return) and varying(self.fn, inf))
         if isinstance(s, (sx.ExprStmt, sx.Decl)):
             if isinstance(s, sx.Decl) and any(dc.var.kind == "shared" for dc in s.declarators):
                 return False
-            if isinstance(s, sx.Decl) and "constexpr" in s.specs and not self.fn.per_lane(inf):
+            if isinstance(s, sx.Decl) and "constexpr" in s.specs and not per_lane(self.fn, inf):
                 return False  # a compile-time constant: declared where every later piece sees it
             if inf.assign_rw or inf.rw():
                 return False
-            return ctx_v or self.fn.per_lane(inf)
+            return ctx_v or per_lane(self.fn, inf)
         if isinstance(s, sx.Other):
             return False
         if isinstance(s, sx.Case):
             return False
         if isinstance(s, (sx.If, sx.Switch)):
-            v = ctx_v or self.fn.varying(self.info(s.cond))
+            v = ctx_v or varying(self.fn, self.info(s.cond))
         elif isinstance(s, (sx.While, sx.DoWhile, sx.For)):
             v = ctx_v or id(s) in self.fn.loop_varying
         else:  # Block
@@ -236,14 +238,14 @@ class Emitter:
         if isinstance(s, sx.ExprStmt) and inf.simd_barrier and isinstance(s.expr, sx.Call):
             return Piece("N", [s])
         if isinstance(s, (sx.ExprStmt, sx.Decl)) and (inf.assign_rw or inf.rw()) and (
-                ctx_v or self.fn.per_lane(inf)):
+                ctx_v or per_lane(self.fn, inf)):
             return Piece("RW", [s])
         if isinstance(s, (sx.ExprStmt, sx.Decl, sx.Return, sx.Jump, sx.Other, sx.Case)):
             return Piece("U", [s])
         if isinstance(s, sx.Block):
             return Piece("S", [s], [self.sort(s.stmts, ctx_v)])
         if isinstance(s, sx.If):
-            cv = ctx_v or self.fn.varying(self.info(s.cond)) or bool(self.info(s.cond).hoists)
+            cv = ctx_v or varying(self.fn, self.info(s.cond)) or bool(self.info(s.cond).hoists)
             bodies = [self.sort(_stmts(s.then), cv)] + ([self.sort(_stmts(s.els), cv)] if s.els is not None else [])
             return Piece("M" if cv else "S", [s], bodies)
         if isinstance(s, (sx.While, sx.DoWhile, sx.For)):
@@ -255,7 +257,7 @@ class Emitter:
                 bodies = [self.sort([s.init], ctx_v), body]
             return Piece("M" if v else "S", [s], bodies)
         if isinstance(s, sx.Switch):
-            if ctx_v or self.fn.varying(self.info(s.cond)) or self.info(s.cond).hoists:
+            if ctx_v or varying(self.fn, self.info(s.cond)) or self.info(s.cond).hoists:
                 body = _stmts(s.body)
                 if any(isinstance(t, sx.Case) for c in body for t in c.walk() if t is not c):
                     raise Unsupported(s.a, "a case label inside a nested statement of a switch on a per-thread value")
@@ -682,9 +684,9 @@ class Emitter:
         f = getattr(h, "callee", None)
         if f is None:
             return "mk::simt::no_twin{}"
-        name = self.fn.callee_name(h)
-        through = self.fn.through_tparam(h)
-        if name not in self.fn.sync_names and not through:
+        name = self.fn.effects.callee_name(h)
+        through = self.fn.effects.through_tparam(h)
+        if name not in self.fn.effects.sync_names and not through:
             return "mk::simt::no_twin{}"
         dep = "mk::simt::dep<decltype(__t)>"
         accs = []

@@ -9,11 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..model import FnDef, Unit
+from .resolve import space_in
 from .scan import close, close_angle, split
 from .unsupported import Unsupported
-
-SPACE_WORDS = ("device", "constant", "threadgroup", "thread")
-
 
 @dataclass
 class ParamDecl:
@@ -56,7 +54,7 @@ _SPECIFIERS = {"inline", "static", "constexpr", "extern", "virtual", "explicit",
 
 
 def signature(unit: Unit, f: FnDef) -> Signature:
-    toks, src = unit.toks, unit.src
+    toks = unit.toks
     name = f.name_at
     lparen = name + 1
     if toks[lparen].text == "<":  # an explicit specialization's name<args>
@@ -173,7 +171,7 @@ def parameters(unit: Unit, lparen: int, rparen: int) -> list[ParamDecl]:
             type_text += "*"  # an array parameter is a pointer
         ref = any(toks[j].text in ("&", "&&") for j in type_toks)
         default = (eq + 1, e - 1) if eq < e else None
-        space = next((toks[j].text for j in type_toks if toks[j].text in SPACE_WORDS), "?")
+        space = space_in(toks[j].text for j in type_toks)
         out.append(ParamDecl(toks[name_tok].text if name_tok >= 0 else "", name_tok, type_text, ref, default, (s, e - 1),
                              space))
     return out
