@@ -2,8 +2,9 @@
 
 Every kernel that reaches a barrier or SIMD-group function, and every helper it
 reaches, is rewritten so that one call runs a whole SIMD-group of 32 lanes
-statement by statement (analysis.py decides what each statement needs,
-emit.py writes it; include/metalkit/simt.h is what the code runs on):
+statement by statement (analysis.py analyses each body, regions.py sorts its
+statements into pieces, emit.py writes them; include/metalkit/simt.h is what the
+code runs on):
 
 - the kernel keeps its signature and is called once per SIMD-group; its
   per-thread builtins become per-lane values; its body is replaced;
@@ -23,7 +24,7 @@ from ..model import FnDef, Kernel, Unit
 from ..tokens import Token
 from ..passes.callgraph import Reach
 from ..passes.params import BUILTINS
-from . import functions, names as names_mod, scan, steps
+from . import functions, names as names_mod, regions, scan, steps
 from .analysis import Function
 from .emit import LANES, Emitter
 from .resolve import Var
@@ -232,7 +233,7 @@ class _KernelPlan:
             elif v.builtin in POSITION_BASES and v not in written and len(words) == 1 and words[0] in VECTOR_TYPES:
                 v.affine, v.vector = "maybe", VECTOR_TYPES[words[0]]
         self.emitter = Emitter(self.fn, True, False)
-        self.emitter.sort_and_place()
+        self.pieces = regions.form(self.fn)
 
     def prepare(self) -> None:
         e, f = self.emitter, self.f
@@ -255,7 +256,7 @@ class _KernelPlan:
             prologue.append(f"mk::lanes<{v.type_text}> {v.name}; {LANES} {v.name}.set(__l, {value});")
         a, b = f.body
         e.put(a, "{ " + " ".join(prologue))
-        e.emit_pieces()
+        e.emit_list(self.pieces, False)
         e.put(b, "}")
 
     def apply(self) -> None:
@@ -286,7 +287,7 @@ class _HelperPlan:
                            functions.value_template_params(unit, f))
         void = [unit.toks[k].text for k in range(self.sig.ret[0], self.sig.ret[1] + 1)] == ["void"]
         self.emitter = Emitter(self.fn, False, not void)
-        self.emitter.sort_and_place()
+        self.pieces = regions.form(self.fn)
 
     def prepare(self) -> None:
         unit, src, f, sig, e = self.unit, self.unit.src, self.f, self.sig, self.emitter
@@ -314,7 +315,7 @@ class _HelperPlan:
             binds.append(f"mk::lanes<{d.type_text}> {d.name}; {take}")
         a, b = f.body
         e.put(a, f"{{ unsigned __rt = 0u; (void)__rt; (void)__ret; " + " ".join(binds))
-        e.emit_pieces()
+        e.emit_list(self.pieces, False)
         e.put(b, "}")
         twin = (f"{struct_head} struct {tag}; {head} {'static ' if sig.static else ''}mk::simt::tag<{tag_ref}, {ret}> "
                 f"__mk_simt_{f.name}({text(sig.lparen + 1, sig.rparen - 1)}){' const' if sig.const else ''};")

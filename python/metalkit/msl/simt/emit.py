@@ -10,12 +10,10 @@ comes from, so it stays on the user's lines.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from . import scan, syntax as sx
 from .analysis import Function
-from .effects import Info, conflict
-from .uniformity import per_lane, varying
+from .effects import Info
+from .regions import Piece
 from .unsupported import Unsupported
 
 LANES = "for (unsigned __l = 0; __l < 32u; ++__l) if (__m >> __l & 1u)"
@@ -34,14 +32,6 @@ def _divisions(node) -> list:
     if isinstance(node, (sx.Stmt, sx.Declarator)):
         return [e for k, v in vars(node).items() if k != "var" for e in _divisions(v)]
     return []
-
-
-@dataclass(eq=False)
-class Piece:
-    kind: str                   # U, R (region), RW, H, B, S, M, N (simdgroup_barrier: nothing)
-    stmts: list                 # the statements (several for a region)
-    bodies: list = field(default_factory=list)  # S/M: lists of pieces, one per branch / the body
-    retires: bool = False       # lanes may leave the current mask (return / break / continue)
 
 
 class Emitter:
@@ -89,14 +79,14 @@ class Emitter:
     # ---------------------------------------------------------------- rendering
     def render(self, a: int, b: int, lane) -> str:
         """Tokens [a, b] as C++, locals of lane `lane` (None: no per-lane local may appear)."""
-        return " ".join(t for _, t in self.pieces_of(a, b, lane))
+        return " ".join(t for _, t in self.texts_of(a, b, lane))
 
     def put_tokens(self, a: int, b: int, lane) -> None:
         """Tokens [a, b] rendered each on its own line (diagnostics keep their lines)."""
-        for i, text in self.pieces_of(a, b, lane):
+        for i, text in self.texts_of(a, b, lane):
             self.put(i, text)
 
-    def pieces_of(self, a: int, b: int, lane) -> list[tuple[int, str]]:
+    def texts_of(self, a: int, b: int, lane) -> list[tuple[int, str]]:
         out = []
         i = a
         fn = self.fn
@@ -137,7 +127,7 @@ class Emitter:
             elif w == "decltype" and lane is None and self.toks[i + 1].text == "(":
                 # A type is the same for every lane: lane 0's names it.
                 rp = scan.close(self.toks, i + 1)
-                out += [(i, "decltype")] + self.pieces_of(i + 1, rp, "0")
+                out += [(i, "decltype")] + self.texts_of(i + 1, rp, "0")
                 i = rp + 1
                 continue
             else:
@@ -151,179 +141,10 @@ class Emitter:
     def expr(self, e, lane) -> str:
         return self.render(e.a, e.b, lane) if e is not None else ""
 
-    # ---------------------------------------------------------------- sorting into pieces
     def info(self, s) -> Info:
         return self.fn.info[id(s)]
 
-    def is_l(self, s, ctx_v: bool) -> bool:
-        """Whether statement s can run inside a region (per lane, with its own control flow)."""
-        inf = self.info(s)
-        if inf.hoists or inf.barrier or inf.simd_barrier:
-            return False
-        if isinstance(s, (sx.Return, sx.Jump)):
-            return ctx_v or (isinstance(s, sx.Return) and varying(self.fn, inf))
-        if isinstance(s, (sx.ExprStmt, sx.Decl)):
-            if isinstance(s, sx.Decl) and any(dc.var.kind == "shared" for dc in s.declarators):
-                return False
-            if isinstance(s, sx.Decl) and "constexpr" in s.specs and not per_lane(self.fn, inf):
-                return False  # a compile-time constant: declared where every later piece sees it
-            if inf.assign_rw or inf.rw():
-                return False
-            return ctx_v or per_lane(self.fn, inf)
-        if isinstance(s, sx.Other):
-            return False
-        if isinstance(s, sx.Case):
-            return False
-        if isinstance(s, (sx.If, sx.Switch)):
-            v = ctx_v or varying(self.fn, self.info(s.cond))
-        elif isinstance(s, (sx.While, sx.DoWhile, sx.For)):
-            v = ctx_v or id(s) in self.fn.loop_varying
-        else:  # Block
-            v = ctx_v
-        return v and self.fusable(self.leaves(s))
-
-    def leaves(self, s) -> list:
-        """(mem_r, mem_w) of every statement inside s, or None if s holds something a region cannot."""
-        out = []
-        for t in s.walk():
-            if isinstance(t, sx.Decl) and any(dc.var.kind == "shared" for dc in t.declarators):
-                out.append(None)
-            elif isinstance(t, _STRUCTURES):
-                out += [self.info(h) for h in t.heads()]
-            else:
-                out.append(self.info(t))
-        return out
-
-    @staticmethod
-    def fusable(leaves: list) -> bool:
-        """Whether statements can run lane after lane as one region without any lane seeing another's
-        store early: per address space, any number of statements read it, or one writes it and no
-        other statement touches it."""
-        if any(x is None or x.hoists or x.barrier or x.rw() or x.assign_rw for x in leaves):
-            return False
-        for i, x in enumerate(leaves):
-            if x.mem_w and any(conflict(x.mem_w, y.mem_r | y.mem_w) for j, y in enumerate(leaves) if j != i):
-                return False
-        return True
-
-    def sort(self, stmts: list, ctx_v: bool) -> list[Piece]:
-        pieces: list[Piece] = []
-        region: Piece | None = None
-        region_leaves: list = []
-        for s in stmts:
-            if self.is_l(s, ctx_v):
-                lv = self.leaves(s)
-                if region is not None and self.fusable(region_leaves + lv):
-                    region.stmts.append(s)
-                    region_leaves += lv
-                    continue
-                region = Piece("R", [s])
-                region_leaves = lv
-                pieces.append(region)
-                continue
-            region = None
-            pieces.append(self.piece(s, ctx_v))
-        for p in pieces:
-            p.retires = self.retires(p, ctx_v)
-        return pieces
-
-    def piece(self, s, ctx_v: bool) -> Piece:
-        inf = self.info(s)
-        if isinstance(s, (sx.ExprStmt, sx.Decl, sx.Return)) and inf.barrier:
-            if not (isinstance(s, sx.ExprStmt) and isinstance(s.expr, sx.Call)):
-                raise Unsupported(s.a, "threadgroup_barrier inside an expression")
-            return Piece("B", [s])
-        if isinstance(s, (sx.ExprStmt, sx.Decl, sx.Return)) and inf.hoists:
-            return Piece("H", [s])
-        if isinstance(s, sx.ExprStmt) and inf.simd_barrier and isinstance(s.expr, sx.Call):
-            return Piece("N", [s])
-        if isinstance(s, (sx.ExprStmt, sx.Decl)) and (inf.assign_rw or inf.rw()) and (
-                ctx_v or per_lane(self.fn, inf)):
-            return Piece("RW", [s])
-        if isinstance(s, (sx.ExprStmt, sx.Decl, sx.Return, sx.Jump, sx.Other, sx.Case)):
-            return Piece("U", [s])
-        if isinstance(s, sx.Block):
-            return Piece("S", [s], [self.sort(s.stmts, ctx_v)])
-        if isinstance(s, sx.If):
-            cv = ctx_v or varying(self.fn, self.info(s.cond)) or bool(self.info(s.cond).hoists)
-            bodies = [self.sort(_stmts(s.then), cv)] + ([self.sort(_stmts(s.els), cv)] if s.els is not None else [])
-            return Piece("M" if cv else "S", [s], bodies)
-        if isinstance(s, (sx.While, sx.DoWhile, sx.For)):
-            v = ctx_v or id(s) in self.fn.loop_varying or any(
-                self.info(p).hoists for p in s.heads())
-            body = self.sort(_stmts(s.body), v)
-            bodies = [body]
-            if isinstance(s, sx.For) and s.init is not None:
-                bodies = [self.sort([s.init], ctx_v), body]
-            return Piece("M" if v else "S", [s], bodies)
-        if isinstance(s, sx.Switch):
-            if ctx_v or varying(self.fn, self.info(s.cond)) or self.info(s.cond).hoists:
-                body = _stmts(s.body)
-                if any(isinstance(t, sx.Case) for c in body for t in c.walk() if t is not c):
-                    raise Unsupported(s.a, "a case label inside a nested statement of a switch on a per-thread value")
-                return Piece("M", [s], [self.sort(body, True)])
-            return Piece("S", [s], [self.sort(_stmts(s.body), False)])
-        raise Unsupported(s.a, "this statement")
-
-    def retires(self, p: Piece, ctx_v: bool) -> bool:
-        """Whether lanes may leave the mask in p (a return, break or continue that not all take)."""
-        if p.kind in ("U",) and not ctx_v:
-            return False
-
-        def has_jump(s, depth):
-            if isinstance(s, sx.Return):
-                return True
-            if isinstance(s, sx.Jump):
-                return depth == 0
-            inner = depth + isinstance(s, (sx.While, sx.DoWhile, sx.For, sx.Switch))  # what break leaves
-            return any(has_jump(c, inner) for c in s.children())
-        if p.kind == "S":
-            return any(q.retires for body in p.bodies for q in body)
-        return any(has_jump(s, 0) for s in p.stmts) and (ctx_v or p.kind != "U")
-
-    # ---------------------------------------------------------------- storage
-    def place(self, pieces: list[Piece]) -> None:
-        """Which varying locals need per-lane storage: those used by more than one piece."""
-        fn = self.fn
-        owner: dict[int, int] = {}
-
-        def own(a, b, pid):
-            for i in range(a, b + 1):
-                v = fn.name_var.get(i)
-                if v is not None:
-                    v.units.add(pid)
-
-        def walk(ps):
-            for p in ps:
-                pid = id(p)
-                if p.kind in ("S", "M"):
-                    for part in p.stmts[0].heads():
-                        own(part.a, part.b, pid)
-                    for body in p.bodies:
-                        walk(body)
-                else:
-                    for s in p.stmts:
-                        own(s.a, s.b, pid)
-                        for t in s.walk():
-                            owner[id(t)] = pid
-        walk(pieces)
-        for v in fn.vars:
-            if v.kind in ("param", "builtin"):
-                v.lanes = True
-            elif v.kind in ("local", "kparam") and not v.uniform:
-                v.lanes = len(v.units) > 1 or v.decl_stmt is None or owner.get(id(v.decl_stmt)) not in v.units
-        # An escaping `auto` local is typed from its initializer, outside the region: what that
-        # names must be visible there too.
-        changed = True
-        while changed:
-            changed = False
-            for v in fn.vars:
-                if v.lanes and v.decl is not None and _deduced(self.toks, v.decl_stmt):
-                    init = v.decl.init
-                    for n in (init.walk() if init is not None else ()):
-                        if isinstance(n, sx.Name) and n.var is not None and not n.var.uniform and not n.var.lanes:
-                            n.var.lanes = changed = True
-
+    # ---------------------------------------------------------------- sorting into pieces
     # ---------------------------------------------------------------- pieces
     def emit_list(self, pieces: list[Piece], ctx_v: bool, guard: bool = True) -> None:
         open_guards = 0
@@ -850,14 +671,6 @@ class Emitter:
         self.put(s.b, f"__m |= __lx{k}; }}")
 
     # ---------------------------------------------------------------- entry
-    def sort_and_place(self) -> None:
-        """Decides the pieces and the storage of every local (raises Unsupported early)."""
-        self.pieces = self.sort(self.fn.body.stmts, False)
-        self.place(self.pieces)
-
-    def emit_pieces(self) -> None:
-        self.emit_list(self.pieces, False)
-
     def text(self) -> str:
         """The emitted code as one string (in token order)."""
         return " ".join(t for i in sorted(self.frags) for t in self.frags[i])
@@ -874,18 +687,7 @@ class Emitter:
                 self.src.line_out[ln] = ""
 
 
-_STRUCTURES = (sx.Block, sx.If, sx.While, sx.DoWhile, sx.For, sx.Switch)
-
-
-def _stmts(s) -> list:
-    return s.stmts if isinstance(s, sx.Block) else [s]
-
-
 def _unparen(e):
     while isinstance(e, sx.Paren):
         e = e.inner
     return e
-
-
-def _deduced(toks, d) -> bool:
-    return any(toks[k].text in ("auto", "decltype") for k in range(d.type[0], d.type[1] + 1))
