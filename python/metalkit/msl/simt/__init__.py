@@ -179,9 +179,7 @@ def _fn_twins(unit: Unit, targs: tuple[int, int], sync_names: set[str]) -> list[
 
 
 def _body(unit: Unit, f: FnDef, names):
-    lparen = f.name_at + 1
-    params = [p.name for p in functions.parameters(unit, lparen, scan.close(unit.toks, lparen))] \
-        if unit.toks[lparen].text == "(" else []
+    params = [p.name for p in functions.parameters_of(unit, f)]
     return Parser(unit.toks, names, unit.attr_at, f.body[1] + 1, params, unit.statements).block(f.body[0])
 
 
@@ -192,12 +190,9 @@ def _ref_params(unit: Unit, by_name: dict) -> dict[str, set[int]]:
     for name, fs in by_name.items():
         out.setdefault(name, set())
         for f in fs:
-            lparen = f.name_at + 1
-            if unit.toks[lparen].text != "(":
-                continue
             try:
-                params = functions.parameters(unit, lparen, scan.close(unit.toks, lparen))
-            except (Unsupported, IndexError):
+                params = functions.parameters_of(unit, f)
+            except Unsupported:
                 continue
             for i, p in enumerate(params):
                 if functions.writable_ref(p):
@@ -210,8 +205,7 @@ class _KernelPlan:
 
     def __init__(self, unit: Unit, f: FnDef, body, sync_names, ref_params):
         self.unit, self.f = unit, f
-        lparen = f.name_at + 1
-        self.decls = functions.parameters(unit, lparen, scan.close(unit.toks, lparen))
+        self.decls = functions.parameters_of(unit, f)
         kinds = {p.name: p for p in f.params}
         params = []
         for d in self.decls:
@@ -290,7 +284,7 @@ class _HelperPlan:
         self.pieces = regions.form(self.fn)
 
     def prepare(self) -> None:
-        unit, src, f, sig, e = self.unit, self.unit.src, self.f, self.sig, self.emitter
+        src, f, sig, e = self.unit.src, self.f, self.sig, self.emitter
         text = lambda a, b: " ".join(t for t in (src.text_of(k) for k in range(a, b + 1)) if t)
         tag = f"__mk_simt_{f.name}_{f.name_at}"
         head = struct_head = ""

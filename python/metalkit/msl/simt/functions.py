@@ -26,9 +26,13 @@ class ParamDecl:
 
 @dataclass
 class TParam:
-    name: str
-    text: str              # the parameter without its default
+    first: int             # its first token
+    end: int               # one past its last token before a default
+    name: str              # "" if unnamed
     pack: bool
+    value: bool            # a value, not a type (`template <F f, typename T>`: f)
+    template: bool         # a template template parameter
+    text: str = ""         # the parameter without its default (set by signature)
 
 
 @dataclass
@@ -54,7 +58,7 @@ _SPECIFIERS = {"inline", "static", "constexpr", "extern", "virtual", "explicit",
 
 
 def signature(unit: Unit, f: FnDef) -> Signature:
-    toks = unit.toks
+    toks, src = unit.toks, unit.src
     name = f.name_at
     lparen = name + 1
     if toks[lparen].text == "<":  # an explicit specialization's name<args>
@@ -64,14 +68,23 @@ def signature(unit: Unit, f: FnDef) -> Signature:
     rparen = close(toks, lparen)
     i = f.head
     template = None
-    tparams: list[TParam] = []
-    if toks[i].text == "template":
-        rangle = close_angle(toks, i + 1, after_name=True)
-        template = (i, rangle)
-        if rangle == i + 2:
+    head = template_head(unit, f)
+    tparams: list[TParam] = head[1] if head else []
+    if head:
+        template = (i, head[0])
+        if head[0] == i + 2:
             raise Unsupported(i, "an explicit specialization of a function template that uses SIMD-group functions")
-        tparams = _template_params(unit, i + 2, rangle)
-        i = rangle + 1
+        for p in tparams:
+            if p.template:
+                raise Unsupported(p.first, "a template template parameter on a function that uses SIMD-group functions")
+            if not p.name and toks[p.end - 1].text in (">", ">>"):
+                # unnamed (`enable_if_t<C, bool> = true`): named here, so the twin can pass it on
+                p.name = f"__mk_tp_{p.first}"
+                src.insert_after(p.end - 1, f" {p.name}")
+            elif not p.name:
+                raise Unsupported(p.first, "an unnamed template parameter on a function that uses SIMD-group functions")
+            p.text = " ".join(src.text_of(j) for j in range(p.first, p.end))
+        i = head[0] + 1
     # Specifiers, attributes, then the return type.
     static = False
     ret_start = None
@@ -110,42 +123,39 @@ def signature(unit: Unit, f: FnDef) -> Signature:
 
 def value_template_params(unit: Unit, f: FnDef) -> frozenset:
     """Names of the template parameters of f that are values, not types (`template <F f, typename T>`: f)."""
+    head = template_head(unit, f)
+    return frozenset(p.name for p in head[1] if p.value) if head else frozenset()
+
+
+def template_head(unit: Unit, f: FnDef) -> tuple[int, list[TParam]] | None:
+    """f's `template <...>`: the index of its '>' and its parameters, or None."""
     toks = unit.toks
     if toks[f.head].text != "template" or toks[f.head + 1].text != "<":
-        return frozenset()
+        return None
     rangle = close_angle(toks, f.head + 1, after_name=True)
-    out = set()
-    for a, b in split(toks, f.head + 2, rangle):
-        eq = next((j for j in range(a, b) if toks[j].text == "="), b)
-        words = [toks[j] for j in range(a, eq)]
-        if words and words[0].text not in ("typename", "class", "template") and words[-1].kind == "id":
-            out.add(words[-1].text)
-    return frozenset(out)
-
-
-def _template_params(unit: Unit, a: int, b: int) -> list[TParam]:
-    toks, src = unit.toks, unit.src
     out = []
-    for s, e in split(toks, a, b):
+    for s, e in split(toks, f.head + 2, rangle):
         eq = next((j for j in range(s, e) if toks[j].text == "="), e)
-        words = [toks[j].text for j in range(s, eq)]
-        if "template" in words:
-            raise Unsupported(s, "a template template parameter on a function that uses SIMD-group functions")
-        ids = [j for j in range(s, eq) if toks[j].kind == "id" and toks[j].text not in ("typename", "class")]
-        fptr = next((j + 2 for j in range(s, eq - 2) if toks[j].text == "(" and toks[j + 1].text == "*"
+        words = [toks[j] for j in range(s, eq)]
+        ids = [t.text for t in words if t.kind == "id" and t.text not in ("typename", "class")]
+        fptr = next((toks[j + 2].text for j in range(s, eq - 2) if toks[j].text == "(" and toks[j + 1].text == "*"
                      and toks[j + 2].kind == "id"), None)
         if fptr is not None:  # a function pointer, `void (*f)(args)`: named inside the parentheses
-            nm = toks[fptr].text
+            name = fptr
         elif toks[eq - 1].text in (">", ">>"):
-            # unnamed (`enable_if_t<C, bool> = true`): named here, so the twin can pass it on
-            nm = f"__mk_tp_{s}"
-            src.insert_after(eq - 1, f" {nm}")
-        elif ids:
-            nm = toks[ids[-1]].text
+            name = ""  # `enable_if_t<C, bool> = true`
         else:
-            raise Unsupported(s, "an unnamed template parameter on a function that uses SIMD-group functions")
-        out.append(TParam(nm, " ".join(src.text_of(j) for j in range(s, eq)), "..." in words))
-    return out
+            name = ids[-1] if ids else ""
+        value = bool(words) and words[0].text not in ("typename", "class", "template") and words[-1].kind == "id"
+        out.append(TParam(s, eq, name, any(t.text == "..." for t in words), value,
+                          any(t.text == "template" for t in words)))
+    return rangle, out
+
+
+def parameters_of(unit: Unit, f: FnDef) -> list[ParamDecl]:
+    """f's function parameters ([] where its name is not followed by a parameter list)."""
+    lparen = f.name_at + 1
+    return parameters(unit, lparen, close(unit.toks, lparen)) if unit.toks[lparen].text == "(" else []
 
 
 def parameters(unit: Unit, lparen: int, rparen: int) -> list[ParamDecl]:
