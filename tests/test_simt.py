@@ -1191,6 +1191,7 @@ kernel void constructs(device const float* in [[buffer(0)]], device float* out [
     Sum<float> s;
     Holder h = {t};
     float v = s.scan(acc) + 1000.0f * s.total(acc) + 10.0f * h.sum() + 100.0f * row_max(t);
+    v *= float(decltype(h.tile)::kElems) / 2.0f;  // a member of a local's type
     return store(out, i, v);  // a void result returned from a kernel
 }
 

@@ -124,7 +124,7 @@ class Emitter:
                 out.append((i, f"mk::simt::unref_t<decltype({self.toks[i + 2].text}[0])>"))
                 i += 4
                 continue
-            elif w == "decltype" and lane is None and self.toks[i + 1].text == "(":
+            elif w == "decltype" and self.toks[i + 1].text == "(":
                 # A type is the same for every lane: lane 0's names it.
                 rp = scan.close(self.toks, i + 1)
                 out += [(i, "decltype")] + self.texts_of(i + 1, rp, "0")

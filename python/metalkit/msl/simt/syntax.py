@@ -416,8 +416,8 @@ class Parser:
                 for k in range(i, semi):
                     if self.kind(k) == "id" and self.t(k + 1) in (";", "=") and (w == "typedef" or k == i + 1):
                         self.local_types[-1].add(self.t(k))
-            names = [Name(k + 2, k + 2, k + 2) for k in range(i, semi - 3) if self.t(k) == "decltype"
-                     and self.t(k + 1) == "(" and self.kind(k + 2) == "id" and self.t(k + 3) == ")"]
+            names = [n for k in range(i, semi - 1) if self.t(k) == "decltype" and self.t(k + 1) == "("
+                     for n in self.names_in(k + 2, self.close(k + 1))]
             return Other(i, semi, names)
         if w in ("struct", "class", "union", "enum") and self.kind(i + 1) == "id" and self.t(i + 2) in ("{", ":"):
             raise Unsupported(i, "a class defined inside a function")
@@ -601,6 +601,14 @@ class Parser:
         if j != b:
             raise Unsupported(j, f"unexpected '{self.t(j)}' in an expression")
         return e
+
+    def names_in(self, a: int, b: int) -> list:
+        """The names in expression [a, b) of a `decltype`, for the emitter to name lane 0's (or,
+        of a local `x` alone, its per-lane) type; none where it does not parse."""
+        try:
+            return [n for n in self.expr(a, b).walk() if isinstance(n, Name)]
+        except Unsupported:
+            return []
 
     def args(self, a: int, b: int) -> list:
         """Comma-separated expressions in [a, b)."""
@@ -822,8 +830,7 @@ class Parser:
             return Cast(a, rp, (a + 2, ra - 1), [inner]), rp + 1
         if w in ("decltype", "__underlying_type"):
             rp = self.close(a + 1)
-            # decltype(x) of a local x: the emitter names its per-lane type.
-            inner = [Name(a + 2, a + 2, a + 2)] if rp == a + 3 and self.kind(a + 2) == "id" else []
+            inner = self.names_in(a + 2, rp)
             if self.t(rp + 1) == "::":  # decltype(x)::member
                 e, j = self.name(a, b, rp + 2)
                 e.inner = inner
