@@ -1,4 +1,4 @@
-"""SIMT code for one analysed function body.
+"""SIMT code for one analysed function body, written from the pieces regions.py formed.
 
 The body becomes C++ that runs one SIMD-group: `__m` is the mask of active
 lanes, a region of per-lane statements is a loop over them
