@@ -42,10 +42,13 @@ OpenCL = dict[str, Union[CpuOpenCL, str]]  # runtime -> its device, or why there
 
 @dataclass
 class Timing:
-    """Seconds per call: the median sample and the spread of the samples."""
+    """Seconds per call: the median sample and the spread of the samples; `cpu`, the least CPU
+    time of this process (every thread of it: metalkit's pool, the OpenCL runtimes' workers,
+    numpy) per call over the samples, which other processes on the machine inflate less."""
     median: float
     low: float
     high: float
+    cpu: float = math.nan
 
     def __str__(self) -> str:
         spread = (self.high - self.low) / 2 / self.median * 100
@@ -75,24 +78,26 @@ class Row:
         """Per side: a warm-up call (which also compiles), the check, then `reps` samples taken
         in turns with the other sides, then the check again. A wrong result or a metalkit error
         fills the side's cell instead of a time."""
-        calls, samples = {}, {}
+        calls, samples, cpu = {}, {}, {}
         for side, (run, check) in self._sides.items():
             if self._try(side, run, check):
                 t = time.perf_counter()
                 run()
                 calls[side] = max(1, math.ceil(SAMPLE_SECONDS / (time.perf_counter() - t)))
                 samples[side] = []
+                cpu[side] = math.inf
         for _ in range(reps):
             for side in list(samples):
                 run, n = self._sides[side][0], calls[side]
-                t = time.perf_counter()
+                t, c = time.perf_counter(), time.process_time()
                 if self._try(side, lambda: repeat(run, n)):
                     samples[side].append((time.perf_counter() - t) / n)
+                    cpu[side] = min(cpu[side], (time.process_time() - c) / n)
                 else:
                     del samples[side]
         for side, got in samples.items():
             if self._try(side, self._sides[side][1]):
-                self.cells[side] = Timing(statistics.median(got), min(got), max(got))
+                self.cells[side] = Timing(statistics.median(got), min(got), max(got), cpu[side])
         self._sides.clear()  # frees the workload's arrays before the next row allocates its own
 
     def _try(self, side: str, *steps: Callable[[], object]) -> bool:
@@ -314,6 +319,13 @@ def table(rows: list[Row]) -> None:
     print(f"{'':{width}}" + "".join(f"{s:>18}" for s in SIDES))
     for r in rows:
         cells = "".join(f"{str(r.cells.get(s, '-')):>18}" for s in SIDES)
+        print(f"{r.key:<4}{r.label:{width - 4}}{cells}")
+    print()
+    print("CPU time per call (least over the samples; all threads of this process): a loaded "
+          "machine inflates it less than wall time")
+    for r in rows:
+        cells = "".join(f"{seconds(c.cpu) if isinstance(c, Timing) else str(c):>18}"
+                        for c in (r.cells.get(s, "-") for s in SIDES))
         print(f"{r.key:<4}{r.label:{width - 4}}{cells}")
     print()
     print("ratios: metalkit's time divided by metalkit threads', the faster OpenCL runtime's "
