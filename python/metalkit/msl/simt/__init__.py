@@ -44,6 +44,10 @@ SCALAR_TYPES = {"uint", "ushort", "int", "short", "uint32_t", "uint16_t", "int32
 VECTOR_TYPES = {"uint2": 2, "uint3": 3, "ushort2": 2, "ushort3": 3}
 POSITION_BASES = {"thread_position_in_threadgroup": "__f.pos[0].{c}",
                   "thread_position_in_grid": "__f.base.{c} + __f.pos[0].{c}"}
+# A position within a threadgroup plus a lane does not wrap (a threadgroup has far fewer than 2^32
+# threads): told so, the compiler indexes by it with contiguous vector loads instead of gathers.
+IN_THREADGROUP = {"thread_position_in_threadgroup", "thread_index_in_threadgroup"}
+NO_WRAP = "0xffffffffu - 32u"
 # Builtins that differ between the lanes of a SIMD-group, as per-lane expressions.
 LANE_BUILTINS = {
     "thread_position_in_grid": "__f.pos_in_grid(__l)",
@@ -240,8 +244,12 @@ class _KernelPlan:
                 for c in "xyz"[:v.vector]:
                     base = POSITION_BASES[v.builtin].format(c=c)
                     prologue.append(f"const unsigned __b_{v.name}_{c} = {base}; (void)__b_{v.name}_{c};")
+                    if v.builtin in IN_THREADGROUP:
+                        prologue.append(f"__builtin_assume(__b_{v.name}_{c} <= {NO_WRAP});")
             elif v.affine:
                 prologue.append(f"const unsigned __b_{v.name} = {v.affine_base}; (void)__b_{v.name};")
+                if v.builtin in IN_THREADGROUP:
+                    prologue.append(f"__builtin_assume(__b_{v.name} <= {NO_WRAP});")
         for v in self.fn.params:
             if not v.lanes or v.affine == "always":
                 continue

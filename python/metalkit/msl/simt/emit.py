@@ -41,6 +41,7 @@ class Emitter:
         self.src = fn.unit.src
         self.toks = fn.unit.toks
         self.is_kernel = is_kernel
+        self.full = False  # writing a region's twin for a full mask (region_loops)
         self.has_result = has_result
         self.frags: dict[int, list[str]] = {}
         self.cursor = fn.body.a
@@ -236,13 +237,13 @@ class Emitter:
             for j, w in enumerate(shapes):
                 self.put(first.a if j == 0 else stmts[-1].b, f"{'} else ' if j else ''}if ({SHAPES[w]}) {{")
                 self.shape = w
-                jumps = self.region_loop(stmts)
+                jumps = self.region_loops(stmts)
                 self.shape = 0
             self.put(stmts[-1].b, "} else {")
-            self.region_loop(stmts)
+            self.region_loops(stmts)
             self.put(stmts[-1].b, "}")
         else:
-            jumps = self.region_loop(stmts)
+            jumps = self.region_loops(stmts)
         if jumps:
             after = f" __m &= ~({' | '.join(sorted(jumps))});"
             if self.is_kernel and "__rt" in jumps:
@@ -256,10 +257,27 @@ class Emitter:
                 if v is not None and v.affine == "maybe"]
         return [] if not used else list(SHAPES) if any(v.vector for v in used) else [32]
 
+    def region_loops(self, stmts) -> set[str]:
+        """region_loop(stmts); for a region in or holding a loop, with a twin for a full mask first:
+        its lanes need no test, so the compiler vectorises their loads (a tiled matmul's inner
+        product) and keeps per-lane values in vector registers."""
+        in_loop = any(not is_switch for _, _, is_switch in self.loops)
+        if not in_loop and not any(isinstance(n, (sx.For, sx.While, sx.DoWhile)) for st in stmts for n in st.walk()):
+            return self.region_loop(stmts)
+        self.put(stmts[0].a, "if (__m == ~0u) {")
+        self.full = True
+        jumps = self.region_loop(stmts)
+        self.full = False
+        self.put(stmts[-1].b, "} else {")
+        jumps |= self.region_loop(stmts)
+        self.put(stmts[-1].b, "}")
+        return jumps
+
     def lanes_loop(self, active: bool = True) -> str:
         """The loop header running its body for each active lane `__l` (every lane if not
-        `active`) in the current shape."""
+        `active`, or in a full mask's twin) in the current shape."""
         w = self.shape
+        active = active and not self.full
         if w in (0, 32):
             return LANES if active else "for (unsigned __l = 0; __l < 32u; ++__l)"
         return (f"for (unsigned __r = 0; __r < {32 // w}u; ++__r) for (unsigned __c = 0; __c < {w}u; ++__c) "
