@@ -145,10 +145,10 @@ def _glues(before: str, after: str) -> bool:
     return (word(a) and word(b)) or (a in _OPERATOR_CHARS and b in _OPERATOR_CHARS)
 
 
-def match(toks: list[Token], i: int, open_: str, close: str) -> int:
-    """Index of the bracket closing the one at toks[i] (IndexError if none)."""
+def match(toks: list[Token], i: int, open_: str, close: str, end: int | None = None) -> int:
+    """Index of the bracket closing the one at toks[i], before ``end`` (IndexError if none)."""
     depth = 0
-    for j in range(i, len(toks)):
+    for j in range(i, len(toks) if end is None else end):
         t = toks[j].text
         if t == open_:
             depth += 1

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
+from ..source import match
 from .unsupported import Unsupported
 
 CLOSE = {"(": ")", "[": "]", "{": "}"}
@@ -19,17 +20,10 @@ def close(toks, i: int, end: int | None = None) -> int:
     open_ = toks[i].text if i < len(toks) else ""
     if open_ not in CLOSE:
         raise Unsupported(min(i, len(toks) - 1), f"expected a bracket, not '{open_}'")
-    shut = CLOSE[open_]
-    depth = 0
-    for j in range(i, len(toks) if end is None else end):
-        x = toks[j].text
-        if x == open_:
-            depth += 1
-        elif x == shut:
-            depth -= 1
-            if depth == 0:
-                return j
-    raise Unsupported(i, f"unbalanced '{open_}'")
+    try:
+        return match(toks, i, open_, CLOSE[open_], end)
+    except IndexError:
+        raise Unsupported(i, f"unbalanced '{open_}'") from None
 
 
 def close_angle(toks, i: int, end: int | None = None, after_name: bool = False) -> int:
@@ -87,7 +81,7 @@ def split(toks, a: int, b: int) -> list[tuple[int, int]]:
             try:
                 j = close_angle(toks, j, b, after_name=True)
             except Unsupported:
-                pass  # never closed: a comparison
+                pass  # a '<' no '>' closes compares (`i < n`): read on past it
         elif x == ",":
             out.append((start, j))
             start = j + 1
