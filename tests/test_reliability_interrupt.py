@@ -32,6 +32,13 @@ kernel void spin(device uint* x [[buffer(0)]], uint i [[thread_position_in_grid]
     while (x[0] != 12345u) { k += 1; x[i + 1] = k; }
 }
 
+// No side effect in the loop: C++ would let the compiler assume it ends and delete it; a GPU spins.
+kernel void spin_empty(device const uint* x [[buffer(0)]], device uint* out [[buffer(1)]],
+                       uint i [[thread_position_in_grid]]) {
+    while (x[0] != 12345u) {}
+    out[i] = 1u;
+}
+
 kernel void spin_simt(device uint* x [[buffer(0)]], threadgroup uint* t [[threadgroup(0)]],
                       uint i [[thread_position_in_grid]], uint l [[thread_position_in_threadgroup]]) {
     t[l] = i;
@@ -97,6 +104,7 @@ def check_add():
 ENDLESS = {
     "one thread": ("spin", "grid=1", "loop"),
     "every worker": ("spin", "grid=1 << 16", "loop"),
+    "an empty loop": ("spin_empty", "flag, grid=1 << 16", "loop"),
     "simt": ("spin_simt", "grid=256, threadgroup=64, threadgroup_memory={0: 256}", "simt"),
     "simt, barriers in the loop": ("spin_barrier", "grid=256, threadgroup=64, threadgroup_memory={0: 256}", "simt"),
     "fibers": ("spin_fibers", "grid=256, threadgroup=64", "fibers"),
@@ -216,7 +224,8 @@ def test_an_ignored_ctrl_c_stays_ignored(cache):
     assert out[2] == "ok"
 
 
-@pytest.mark.parametrize("kind", ["one thread", "every worker", "simt, barriers in the loop", "fibers"])
+@pytest.mark.parametrize("kind", ["one thread", "every worker", "an empty loop", "simt, barriers in the loop",
+                                  "fibers"])
 def test_timeout_stops_a_kernel_that_never_ends(cache, kind):
     name, call, _ = ENDLESS[kind]
     out, _ = Child(cache, f"""
@@ -231,7 +240,8 @@ def test_timeout_stops_a_kernel_that_never_ends(cache, kind):
         """).run()
     seconds, message, after = out
     assert 0.2 <= float(seconds) < 1.5
-    groups = {"one thread": 1, "every worker": 256, "simt, barriers in the loop": 4, "fibers": 4}[kind]
+    groups = {"one thread": 1, "every worker": 256, "an empty loop": 256, "simt, barriers in the loop": 4,
+              "fibers": 4}[kind]
     assert re.fullmatch(rf"kernel '{name}' \(stuck\.metal:\d+\): stopped at its time limit of 0\.2 s \(timeout=0\.2\) "
                         rf"with 0 of {groups} threadgroups completed; the arrays it writes are partly written\. "
                         r"Raise the limit if the kernel is only slow, or check that its loops end", message), message

@@ -99,10 +99,12 @@ class Toolchain:
         # assumed 8-byte aligned only, so it is read and written with unaligned vector moves:
         # a GPU reads a vector at its element's alignment, and real kernels do (a float4
         # through a float pointer + 1). Aligned data moves as fast that way; 8-byte atomics keep
-        # their natural alignment.
+        # their natural alignment. -fno-finite-loops: C++ lets the compiler assume that a loop
+        # without side effects ends, and delete it; a GPU spins in `while (flag[0] == 0) {}`
+        # forever, and so must the simulator, so that timeout= or Ctrl-C can name the hang.
         cmd += LANGUAGE_FLAGS + DIAGNOSTIC_FLAGS + ["-O2", "-fPIC", "-fvisibility=hidden", "-w",
                                                     "-I", INCLUDE_DIR, "-fno-math-errno", "-fstack-clash-protection",
-                                                    "-fmax-type-align=8"]
+                                                    "-fmax-type-align=8", "-fno-finite-loops"]
         if fast_math:
             cmd.append("-ffast-math")
         return cmd
