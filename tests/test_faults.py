@@ -213,3 +213,40 @@ def test_shuffled_order_exposes_a_missing_barrier(device, rng):
     np.testing.assert_array_equal(again, outs[3])
     with pytest.raises(mk.ArgumentError, match="shuffle= takes an int seed"):
         lib.missing_barrier(x, x, threadgroup_memory={0: 256}, shuffle="yes")
+
+
+TAKE = """
+kernel void take(device atomic_uint* next [[buffer(0)]], device uint* order [[buffer(1)]],
+                 uint3 p [[thread_position_in_grid]], uint3 size [[threads_per_grid]]) {
+    order[atomic_fetch_add_explicit(next, 1u, memory_order_relaxed)] = p.x + size.x * p.y;
+}
+"""
+
+
+@pytest.mark.parametrize("grid, tg", [((64, 1), (32, 1)), ((50, 3), (16, 2)), ((7, 1), (7, 1))])
+def test_shuffle_reorders_the_threads_of_a_kernel_run_as_a_loop(device, rng, grid, tg):
+    # An atomic counter hands out slots in the order the threads run: in index order
+    # without a seed, a seeded permutation of each threadgroup's threads with one.
+    lib = build(TAKE)
+    assert lib.take.execution == "loop"
+    n = grid[0] * grid[1]
+
+    def order(seed):
+        nxt, out = np.zeros(1, np.uint32), np.zeros(n, np.uint32)
+        lib.take(nxt, out, grid=grid, threadgroup=tg, shuffle=seed)
+        assert nxt[0] == n
+        return out
+
+    in_order = order(0)
+    seeds = [int(s) for s in rng.integers(1, 2**31, 3)]
+    shuffled = [order(s) for s in seeds]
+    for o in shuffled:
+        assert sorted(o) == list(range(n))             # every thread ran once
+        assert not np.array_equal(o, in_order)       # ... not in index order
+    assert len({o.tobytes() for o in shuffled}) == 3  # each seed its own order
+    np.testing.assert_array_equal(order(seeds[0]), shuffled[0])  # and the same one again
+    # Threadgroups still run one after another, each its own threads only.
+    x, y = in_order % grid[0], in_order // grid[0]
+    groups = (x // tg[0]) + (grid[0] + tg[0] - 1) // tg[0] * (y // tg[1])
+    sx, sy = shuffled[0] % grid[0], shuffled[0] // grid[0]
+    np.testing.assert_array_equal((sx // tg[0]) + (grid[0] + tg[0] - 1) // tg[0] * (sy // tg[1]), groups)

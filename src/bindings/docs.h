@@ -138,8 +138,9 @@ Keywords (None, the default of each, means "use the default" below):
     ``METALKIT_VALIDATE=1`` for Apple's shader validation there.
 ``shuffle``: int seed
     CPU simulator only: run the threads (and SIMD-groups) of each threadgroup
-    in an order shuffled by the seed, to expose a missing barrier; 0 runs them
-    in index order. Default: ``METALKIT_SHUFFLE`` (a seed; unset or 0: index
+    in an order shuffled by the seed, to expose a missing barrier or an
+    order-dependent atomic; in every execution model (a kernel run as a loop
+    runs its threads one at a time then); 0 runs them in index order. Default: ``METALKIT_SHUFFLE`` (a seed; unset or 0: index
     order), read at the first call. On Metal a seed raises ``DispatchError``.
 ``timeout``: float seconds
     Stop a kernel still running after that long with a ``KernelFault`` naming

@@ -145,16 +145,47 @@ bool alone_faults(mk_launch_fn launch, mk_dispatch d, uint64_t g, unsigned i, ch
   return false;
 }
 
-// A kernel run as a loop faulted in group g: its threads run again one at a time, through the
-// same code, until one faults. Writes of the threads before it happen twice (the outputs of a
-// faulted dispatch are partly written in any case). "" if none faults again.
-std::string faulting_thread(mk_launch_fn launch, const mk_dispatch& d, uint64_t g, char* arena, FaultTrap& trap) {
-  unsigned n[3];
+// The threads of group g per dimension (an edge group of a non-uniform grid is clipped).
+void group_size(const mk_dispatch& d, uint64_t g, unsigned n[3]) {
   for (int k = 0; k < 3; ++k) {
     const uint64_t pos = k == 0 ? g % d.ngroups[0] : k == 1 ? (g / d.ngroups[0]) % d.ngroups[1]
                                                             : g / (uint64_t(d.ngroups[0]) * d.ngroups[1]);
     n[k] = unsigned(std::min<uint64_t>(d.tg[k], d.grid[k] - pos * d.tg[k]));
   }
+}
+
+// shuffle= on a kernel run as a loop: each group's threads run one at a time (d.only), in an
+// order drawn from the seed and the group, so an order-dependent kernel (an atomic counter
+// handing out slots) shows it, as under the scheduler's shuffled fibers. A debug mode: one
+// launch per thread.
+void run_shuffled(mk_launch_fn launch, mk_dispatch d, uint64_t first, uint64_t last, uint32_t seed, char* arena,
+                  volatile mk_u64* at) {
+  std::vector<unsigned> order;
+  for (uint64_t g = first; g < last; ++g) {
+    unsigned n[3];
+    group_size(d, g, n);
+    order.resize(size_t(n[0]) * n[1] * n[2]);
+    for (unsigned i = 0; i < order.size(); ++i) order[i] = i;
+    uint64_t s = seed * 0x9E3779B97F4A7C15ull ^ g * 0xBF58476D1CE4E5B9ull;
+    for (size_t i = order.size(); i > 1; --i) {
+      s ^= s >> 31;
+      s *= 0x94D049BB133111EBull;
+      s ^= s >> 29;
+      std::swap(order[i - 1], order[s % i]);
+    }
+    for (unsigned i : order) {
+      d.only = i;
+      launch(&d, g, g + 1, arena, at);
+    }
+  }
+}
+
+// A kernel run as a loop faulted in group g: its threads run again one at a time, through the
+// same code, until one faults. Writes of the threads before it happen twice (the outputs of a
+// faulted dispatch are partly written in any case). "" if none faults again.
+std::string faulting_thread(mk_launch_fn launch, const mk_dispatch& d, uint64_t g, char* arena, FaultTrap& trap) {
+  unsigned n[3];
+  group_size(d, g, n);
   FaultTrap again;
   again.stop = trap.stop;  // a thread that never ends can still be stopped
   again.code_lo = trap.code_lo;
@@ -202,7 +233,10 @@ Fault run_trapped(const mk_kernel_info& k, const mk_dispatch& d, uint64_t first,
   Fault f;
   if (sigsetjmp(trap.env, 0) == 0) {
     trap.armed = true;
-    k.launch(&d, first, last, arena, &trap.group);
+    if (seed && !(k.flags & (MK_KERNEL_NEEDS_FIBERS | MK_KERNEL_SIMT)))
+      run_shuffled(k.launch, d, first, last, seed, arena, &trap.group);
+    else
+      k.launch(&d, first, last, arena, &trap.group);
     trap.armed = false;
     return f;
   }
