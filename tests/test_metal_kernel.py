@@ -632,13 +632,68 @@ def test_call_errors(device, change, error, text):
     np.testing.assert_array_equal(a, np.arange(4))  # the caller's data is left as it was
 
 
-def test_compile_error_names_the_kernel_and_the_generated_line(device):
-    k = mk.metal_kernel("broken", ["a"], ["out"], "uint i = thread_position_in_grid.x;\nout[i] = a[i] +;")
+def test_compile_error_in_the_body_names_the_kernel_and_the_bodys_line(device):
+    k = mk.metal_kernel("broken", ["a"], ["out"], "uint i = thread_position_in_grid.x;\nout[i] = a[i] + oops;")
     with pytest.raises(mk.CompileError) as e:
         run1(k, [np.ones(4, np.float32)], (4,), grid=(4, 1, 1), threadgroup=(4, 1, 1))
+    err = e.value
+    assert (err.filename, err.lineno, err.offset) == ("broken source", 2, 17)
+    assert err.text.strip() == "out[i] = a[i] + oops;"
+    assert str(err).startswith("broken source:2:17: metal_kernel 'broken': use of undeclared identifier 'oops'")
+    assert "verbose=True" not in str(err) and "broken.metal" not in str(err)
+    quoted = err.log.splitlines()
+    at = next(i for i, line in enumerate(quoted) if line.startswith("broken source:2:17: error:"))
+    assert quoted[at + 1].split("|")[0].strip() == "2" and "a[i] + oops;" in quoted[at + 1]
+
+
+def test_compile_error_in_the_header_names_the_headers_line(device):
+    k = mk.metal_kernel("hdr", ["a"], ["out"], "out[0] = twice(a[0]);",
+                        header="// helpers\nfloat twice(float x) { return x + y; }\n")
+    with pytest.raises(mk.CompileError) as e:
+        run1(k, [np.ones(4, np.float32)], (4,), grid=(1, 1, 1), threadgroup=(1, 1, 1))
+    assert (e.value.filename, e.value.lineno) == ("hdr header", 2)
+    assert e.value.text.strip() == "float twice(float x) { return x + y; }"
+    assert "metal_kernel 'hdr'" in str(e.value)
+
+
+def test_compile_error_in_the_generated_signature_points_to_verbose(device):
+    # An input named as an MSL type: the generated parameter does not compile.
+    k = mk.metal_kernel("sig", ["float"], ["out"], "out[0] = 1;")
+    with pytest.raises(mk.CompileError) as e:
+        run1(k, [np.ones(4, np.float32)], (4,), grid=(1, 1, 1), threadgroup=(1, 1, 1))
+    assert e.value.filename == "sig.metal" and "verbose=True" in str(e.value)
+    assert "metal_kernel 'sig'" in str(e.value)
+
+
+OOB = mk.metal_kernel("oob", ["a"], ["out"], """uint i = thread_position_in_grid.x;
+out[i * 4096] = a[i];""")
+
+
+@pytest.mark.parametrize("device", ["cpu"], indirect=True)  # the CPU simulator's options
+def test_debug_keywords_reach_the_kernel_and_faults_use_the_users_names(device, rng):
+    a = rng.standard_normal(8).astype(np.float32)
+    with pytest.raises(mk.KernelFault) as e:
+        run1(OOB, [a], (8,), grid=(8, 1, 1), threadgroup=(8, 1, 1), check=True)
     msg = str(e.value)
-    assert "metal_kernel 'broken'" in msg and "verbose=True" in msg
-    assert e.value.filename == "broken.metal" and e.value.text.strip() == "out[i] = a[i] +;"
+    assert msg.startswith("metal_kernel 'oob': ") and "parameter 'out'" in msg and "oob source:2" in msg, msg
+    assert "custom_kernel_" not in msg and "oob.metal" not in msg
+    with pytest.raises(mk.ArgumentError, match="metal_kernel 'oob': shuffle= takes an int seed"):
+        run1(OOB, [a], (8,), grid=(8, 1, 1), threadgroup=(8, 1, 1), shuffle="yes")
+
+    spin = mk.metal_kernel("spin", ["flag"], ["out"], "while (flag[0] == 0) {}\nout[0] = 1;")
+    with pytest.raises(mk.KernelFault, match=r"^metal_kernel 'spin': stopped at its time limit of 0\.2 s"):
+        run1(spin, [np.zeros(8, np.int32)], (1,), np.int32, grid=(1, 1, 1), threadgroup=(1, 1, 1), timeout=0.2)
+
+    take = mk.metal_kernel("take", ["n"], ["next", "order"], """uint i = thread_position_in_grid.x;
+uint slot = atomic_fetch_add_explicit(&next[0], 1u, memory_order_relaxed);
+atomic_store_explicit(&order[slot], i, memory_order_relaxed);""", atomic_outputs=True)
+    def order(seed):
+        return take(inputs=[64], output_shapes=[(1,), (64,)], output_dtypes=[np.uint32, np.uint32], init_value=0,
+                    grid=(64, 1, 1), threadgroup=(64, 1, 1), shuffle=seed)[1]
+    assert order(0).tolist() == list(range(64))
+    seed = int(rng.integers(1, 2**31))
+    shuffled = order(seed)
+    assert sorted(shuffled.tolist()) == list(range(64)) and shuffled.tolist() != list(range(64))
 
 
 def test_shape_of_a_scalar_input_is_not_declared(device):

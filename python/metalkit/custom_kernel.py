@@ -9,13 +9,14 @@ and runs it on numpy arrays.
 from __future__ import annotations
 
 import operator
+import re
 import threading
 from typing import Any, Optional, Sequence, Tuple, Union
 
 import numpy as np
 from numpy.typing import DTypeLike
 
-from .errors import ArgumentError, CompileError, DispatchError
+from .errors import ArgumentError, CompileError, DispatchError, MetalkitError
 
 __all__ = ["CustomKernel", "metal_kernel"]
 
@@ -224,7 +225,7 @@ class CustomKernel:
                             for n in input_names]
         self._builtins = [f"  {t} {a} [[{a}]]" for a, t in _BUILTINS if a in source]
         self._lock = threading.Lock()
-        self._generated: dict[tuple, tuple[str, str]] = {}  # signature -> (kernel name, source)
+        self._generated: dict[tuple, tuple[str, str, _Lines]] = {}  # signature -> (kernel name, source, lines)
         self._compiled: dict[tuple, Any] = {}  # (backend, source) -> Kernel
 
     def __repr__(self) -> str:
@@ -233,7 +234,8 @@ class CustomKernel:
     def __call__(self, *, inputs: Sequence[Any], output_shapes: Sequence[Union[int, Sequence[int]]],
                  output_dtypes: Sequence[DTypeLike], grid: Tuple[int, int, int], threadgroup: Tuple[int, int, int],
                  template: Optional[Sequence[Tuple[str, TemplateValue]]] = None, init_value: Optional[float] = None,
-                 verbose: bool = False, stream: Any = None) -> list[np.ndarray]:
+                 verbose: bool = False, stream: Any = None, check: Optional[bool] = None,
+                 shuffle: Optional[int] = None, timeout: Optional[float] = None) -> list[np.ndarray]:
         """Run the kernel and wait; returns its outputs, new arrays in device memory (``metalkit.empty``).
 
         - ``inputs``: one value per input name: numpy arrays, anything ``np.asarray`` takes,
@@ -253,6 +255,9 @@ class CustomKernel:
           float output's dtype; an integer or bool output must hold it exactly); without it
           outputs start uninitialised.
         - ``verbose=True`` prints the full generated source before running it.
+        - ``check``, ``shuffle``, ``timeout``: the CPU simulator's debug options, as a ``Kernel``
+          call takes them (guarded copies of the arrays, a seeded order of the threads, a time
+          limit in seconds).
         - ``stream`` is accepted for code written for MLX and ignored: the kernel runs on
           metalkit's current device (``metalkit.use``).
 
@@ -263,6 +268,16 @@ class CustomKernel:
         >>> k(inputs=[2.0, x, y], output_shapes=[(4,)], output_dtypes=[np.float32],
         ...   grid=(4, 1, 1), threadgroup=(32, 1, 1))[0].tolist()
         [1.0, 3.0, 5.0, 7.0]
+
+        Errors name the kernel as it was given and lines as the body's (or the header's) own:
+
+        >>> bad = mk.metal_kernel("bad", ["x"], ["out"], "uint i = thread_position_in_grid.x;\\nout[i] = x[i] + y;")
+        >>> try:
+        ...     bad(inputs=[x], output_shapes=[(4,)], output_dtypes=[np.float32], grid=(4, 1, 1),
+        ...         threadgroup=(4, 1, 1))
+        ... except mk.CompileError as e:
+        ...     print(f"{e.filename}:{e.lineno}: {e.msg}")
+        bad source:2: metal_kernel 'bad': use of undeclared identifier 'y'
         """
         where = f"metal_kernel {self.name!r}"
         args = self._inputs(where, inputs)
@@ -274,10 +289,10 @@ class CustomKernel:
             raise ArgumentError(f"{where}: init_value must be a number every output is filled with, "
                                 f"got {init_value!r}")
 
-        kernel_name, source = self._generate(args, dtypes, types, targs)
+        kernel_name, source, lines = self._generate(args, dtypes, types, targs)
         if verbose:
             print(f"Generated source code for `{self.name}`:\n```\n{source}\n```")
-        kernel = self._kernel(where, kernel_name, source)
+        kernel = self._kernel(where, kernel_name, source, lines)
         if tg3[0] * tg3[1] * tg3[2] > kernel.max_threads_per_threadgroup:
             raise DispatchError(f"{where}: threadgroup {tg3} has {tg3[0] * tg3[1] * tg3[2]} threads but this kernel "
                                 f"allows at most {kernel.max_threads_per_threadgroup}; pass a smaller threadgroup=")
@@ -299,7 +314,11 @@ class CustomKernel:
                     bound.append(np.array(a.strides, np.int64))
                 if want_ndim:
                     bound.append(len(a.shape))
-        kernel(*bound, *outs, grid=grid3, threadgroup=tuple(min(t, g) for t, g in zip(tg3, grid3)))
+        try:
+            kernel(*bound, *outs, grid=grid3, threadgroup=tuple(min(t, g) for t, g in zip(tg3, grid3)),
+                   check=check, shuffle=shuffle, timeout=timeout)
+        except MetalkitError as e:  # a fault, a bad check=/shuffle=/timeout=: in the user's names
+            raise type(e)(lines.reword(str(e), where, kernel_name)) from None
         return outs
 
     # -- the call's parts ------------------------------------------------------------------------
@@ -361,8 +380,9 @@ class CustomKernel:
         return out_shapes, out_dtypes, out_types
 
     def _generate(self, args: list[_Input], out_dtypes: list[np.dtype], out_types: list[str],
-                  targs: list[tuple[str, str, str]]) -> tuple[str, str]:
-        """The kernel's name and full source for these input kinds, output dtypes and template arguments."""
+                  targs: list[tuple[str, str, str]]) -> tuple[str, str, "_Lines"]:
+        """The kernel's name, full source and where its parts lie, for these input kinds, output dtypes
+        and template arguments."""
         key = (tuple((a.dtype, a.space) for a in args), tuple(out_dtypes), tuple(targs))
         with self._lock:
             hit = self._generated.get(key)
@@ -394,19 +414,22 @@ class CustomKernel:
         params += self._builtins
 
         parts = [PRELUDE, self.header, "\n"]
+        header_at = PRELUDE.count("\n") + 1
         if targs:
             parts.append("template <" + ", ".join(f"{kind} {n}" for n, kind, _ in targs) + ">\n")
         parts.append(f"[[kernel]] void {kernel_name}(\n" + ",\n".join(params) + ") {\n")
+        body_at = "".join(parts).count("\n") + 1
         parts.append(self.source)
         parts.append("\n}\n")
         if targs:
             inst = kernel_name + "<" + ", ".join(v for _, _, v in targs) + ">"
             parts.append(f'\ntemplate [[host_name("{kernel_name}")]] [[kernel]] decltype({inst}) {inst};\n')
-        hit = (kernel_name, "".join(parts))
+        lines = _Lines(self.name, header_at, self.header.count("\n") + 1, body_at, self.source.count("\n") + 1)
+        hit = (kernel_name, "".join(parts), lines)
         with self._lock:
             return self._generated.setdefault(key, hit)
 
-    def _kernel(self, where: str, kernel_name: str, source: str) -> Any:
+    def _kernel(self, where: str, kernel_name: str, source: str, lines: "_Lines") -> Any:
         """The compiled kernel of a generated source: compiled once per source and backend."""
         from . import _device
         from .library import compile
@@ -418,11 +441,62 @@ class CustomKernel:
         try:
             k = compile(source, filename=f"{self.name}.metal")[kernel_name]
         except CompileError as e:
-            raise CompileError(f"{where}: {e.msg} (a line of the generated source: call with verbose=True to "
-                               "print it)", filename=e.filename, lineno=e.lineno, offset=e.offset, text=e.text,
-                               log=e.log) from None
+            raise lines.compile_error(e, where) from None
         with self._lock:
             return self._compiled.setdefault(key, k)
+
+
+class _Lines:
+    """Where the header and the body lie in a generated source, and errors reworded in their lines.
+
+    The source is compiled as ``<name>.metal``; a line of the body is reported as ``<name> source:N``
+    (N counted in the body as given), a line of the header as ``<name> header:N``. A line of the
+    generated rest (the signature, the prelude) keeps its number, with a pointer to ``verbose=True``.
+    """
+
+    def __init__(self, name: str, header_at: int, header_lines: int, body_at: int, body_lines: int):
+        self.filename = f"{name}.metal"
+        self._parts = ((f"{name} header", header_at, header_lines), (f"{name} source", body_at, body_lines))
+        self._at = re.compile(re.escape(self.filename) + r":(\d+)")
+
+    def place(self, line: int) -> Optional[tuple[str, int]]:
+        """(the part's name, the line in it) of a line of the generated source; None in the generated rest."""
+        for part, first, count in self._parts:
+            if first <= line < first + count:
+                return part, line - first + 1
+        return None
+
+    def compile_error(self, e: CompileError, where: str) -> CompileError:
+        place = self.place(e.lineno) if e.filename == self.filename and e.lineno else None
+        if place is None:
+            return e.reworded(f"{where}: {e.msg} (a line of the generated source: call with verbose=True to print it)",
+                              log=self._log(e.log))
+        return e.reworded(f"{where}: {e.msg}", filename=place[0], lineno=place[1], log=self._log(e.log))
+
+    def reword(self, message: str, where: str, kernel_name: str) -> str:
+        """A runtime error's message with the user's kernel name and lines."""
+        message = re.sub(rf"kernel '{kernel_name}'( \({re.escape(self.filename)}:\d+\))?", where, message)
+        return self._at.sub(self._sub, message)
+
+    def _sub(self, m: "re.Match[str]") -> str:
+        place = self.place(int(m.group(1)))
+        return f"{place[0]}:{place[1]}" if place else m.group(0)
+
+    def _log(self, log: str) -> str:
+        """The compiler's log in the parts' lines: each ``file:line`` and the numbered quote under it."""
+        out, place = [], None
+        for line in log.splitlines():
+            m = self._at.match(line)
+            if m:
+                place = self.place(int(m.group(1)))
+                line = self._at.sub(self._sub, line, count=1)
+            elif place is not None:  # clang's quote: "   30 | text", its number made the part's
+                q = re.match(r"(\s*)(\d+)( \| .*)", line)
+                if q:
+                    number = str(place[1])
+                    line = number.rjust(len(q.group(1)) + len(q.group(2))) + q.group(3)
+            out.append(line)
+        return "\n".join(out)
 
 
 def _as_array(where: str, name: str, x: Any) -> np.ndarray:

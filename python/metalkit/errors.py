@@ -21,6 +21,20 @@ class CompileError(MetalkitError, SyntaxError):
         detail = f"\n{self.log}" if self.log and self.log.strip() != self.msg.strip() else ""
         return f"{where}{self.msg}{detail}"
 
+    def reworded(self, msg: str, *, filename: str | None = None, lineno: int | None = None,
+                 text: str | None = None, log: str | None = None) -> "CompileError":
+        """This error with another message and, where given, another place and log: how a caller
+        names what it compiled (a kernel, a ``metal_kernel`` body) in an error raised below it.
+
+        >>> e = CompileError("use of undeclared identifier 'y'", filename="k.metal", lineno=3, offset=5)
+        >>> str(e.reworded(f"kernel 'k': {e.msg}"))
+        "k.metal:3:5: kernel 'k': use of undeclared identifier 'y'"
+        """
+        return CompileError(msg, filename=self.filename if filename is None else filename,
+                            lineno=self.lineno if lineno is None else lineno, offset=self.offset,
+                            text=self.text if text is None else text,
+                            log=(self.log if self.log != self.msg else "") if log is None else log)
+
 
 class ArgumentError(MetalkitError, TypeError):
     """Arguments do not match the kernel (count, dtype, size, writability, range),

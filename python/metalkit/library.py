@@ -162,8 +162,7 @@ class _LazyCore:
         try:
             core = self._module(msl.build(*self._options, [name]), name)
         except CompileError as e:  # its own instantiation, or a body only the compiler reads
-            raise CompileError(f"kernel {name!r}: {e.msg}", filename=e.filename, lineno=e.lineno, offset=e.offset,
-                               text=e.text, log=e.log) from None
+            raise e.reworded(f"kernel {name!r}: {e.msg}") from None
         k = core.kernel(name)
         if k is None:
             raise CompileError(f"kernel {name!r}: its cached module does not hold it; remove the kernel cache "
