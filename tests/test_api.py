@@ -67,6 +67,45 @@ def test_cli_info_and_check(tmp_path):
     assert f"{bad}:3:" in p.stderr and "nope" in p.stderr
 
 
+def test_cli_check_takes_include_dirs_and_defines(tmp_path):
+    inc = tmp_path / "inc"
+    inc.mkdir()
+    (inc / "scale.h").write_text("#define SCALE(x) ((x) * FACTOR)\n")
+    src = tmp_path / "uses.metal"
+    src.write_text(HEADER + '#include "scale.h"\n'
+                   "kernel void k(device float* x [[buffer(0)]], uint i [[thread_position_in_grid]]) "
+                   "{ x[i] = SCALE(x[i]); }\n")
+    cmd = [sys.executable, "-m", "metalkit", "check", str(src)]
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    assert p.returncode == 1 and "scale.h" in p.stderr, p.stderr  # not found without -I
+    p = subprocess.run(cmd + ["-I", str(inc)], capture_output=True, text=True)
+    assert p.returncode == 1 and "FACTOR" in p.stderr, p.stderr   # found; FACTOR undefined
+    p = subprocess.run(cmd + ["-I", str(inc), "-D", "FACTOR=2.0f"], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == "k(device float* x [[buffer(0)]])"
+
+
+def test_cli_output_to_a_reader_that_went_away_is_not_a_traceback(tmp_path):
+    src = tmp_path / "many.metal"
+    src.write_text(HEADER + "".join(f"kernel void k{i}(device float* x [[buffer(0)]], uint j "
+                                    f"[[thread_position_in_grid]]) {{ x[j] = {i}; }}\n" for i in range(8)))
+    # `metalkit check many.metal | head -1`, made certain: the pipe's reader is gone before the
+    # first line is written.
+    p = subprocess.Popen([sys.executable, "-m", "metalkit", "check", str(src)], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    p.stdout.close()
+    err = p.stderr.read()
+    assert p.wait() == 1 and err == "", err
+
+
+def test_cli_usage_names_the_command_as_it_was_run():
+    p = subprocess.run([sys.executable, "-m", "metalkit", "nonsense"], capture_output=True, text=True)
+    assert p.returncode == 2 and p.stderr.startswith("usage: python -m metalkit "), p.stderr
+    script = os.path.join(os.path.dirname(sys.executable), "metalkit")  # installed by pip with the package
+    p = subprocess.run([script, "nonsense"], capture_output=True, text=True)
+    assert p.returncode == 2 and p.stderr.startswith("usage: metalkit "), p.stderr
+
+
 def test_kernels_from_many_python_threads(device):
     lib = build("""
     kernel void fill(device int* x [[buffer(0)]], constant int& v [[buffer(1)]],
