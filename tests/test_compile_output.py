@@ -1,5 +1,5 @@
-"""What a compile says while it runs: a status line on a terminal for a long compile (nothing
-elsewhere), and with METALKIT_VERBOSE=1 the compiler's command lines and the kept input of a
+"""What a compile says while it runs: a status line on a terminal for a long compile (one plain
+line, once, elsewhere), and with METALKIT_VERBOSE=1 the compiler's command lines and the kept input of a
 failing build. Verbose runs are child processes (the variable is the user's)."""
 from __future__ import annotations
 
@@ -56,6 +56,24 @@ def test_a_short_step_and_a_pipe_show_nothing():
     assert term.getvalue() == "" and pipe.getvalue() == ""
 
 
+def test_a_long_step_off_a_terminal_is_said_once(monkeypatch):
+    monkeypatch.setattr(_progress, "_noted", type(_progress._noted)())  # as in a new process
+    pipe = io.StringIO()
+    for _ in range(2):
+        with _progress.Status("compiling k.metal", stream=pipe, delay=0, note_after=0.05):
+            time.sleep(0.3)
+    lines = pipe.getvalue().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("metalkit: compiling k.metal has taken more than 0.05 s ("), lines
+    assert "\r" not in pipe.getvalue()
+    quiet = io.StringIO()  # a step shorter than that, or one whose caller turned it off, says nothing
+    monkeypatch.setattr(_progress, "_noted", type(_progress._noted)())
+    with _progress.Status("compiling k.metal", stream=quiet, note_after=5):
+        pass
+    with _progress.Status("compiling k.metal", stream=quiet, enabled=False, note_after=0):
+        time.sleep(0.1)
+    assert quiet.getvalue() == ""
+
+
 def test_a_compile_on_a_terminal_names_the_file_and_kernel(monkeypatch, rng):
     term = FakeTerminal()
     monkeypatch.setattr(sys, "stderr", term)
@@ -87,7 +105,9 @@ def test_a_kernel_compiled_on_first_use_is_named_in_its_status(monkeypatch, rng)
 
 
 def test_a_compile_into_a_pipe_prints_nothing(tmp_path):
-    script = f"import metalkit as mk\nmk.compile({kernel_source()!r})\nprint('ok')\n"
+    # (A compile that takes long is said once even into a pipe: test_a_long_step_off_a_terminal_is_said_once.)
+    script = ("import metalkit as mk, metalkit._progress\nmk._progress.NOTE_AFTER = 600\n"
+              f"mk.compile({kernel_source()!r})\nprint('ok')\n")
     p = subprocess.run([sys.executable, "-c", script], env=child_env(tmp_path / "cache"), capture_output=True,
                        text=True, timeout=300)
     assert p.returncode == 0 and p.stdout.strip() == "ok" and p.stderr == "", p.stderr

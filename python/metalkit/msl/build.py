@@ -18,6 +18,7 @@ import collections
 import math
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import threading
@@ -366,7 +367,7 @@ def _codegen(tc, opts: Options, text: str, src_name: str, tmp: Path) -> Path:
         if _against(tc, opts, header, module, out):
             return out
     module.write_text(text)
-    _run(tc.compile(str(module), str(out), opts.fast_math), opts.source, opts.filename)
+    _check(_driver(tc, opts, module, out, None), opts.source, opts.filename)
     if header is not None:  # the whole text compiles, so the header was at fault
         pch.refuse(tc, opts.fast_math, parts[0])
     return out
@@ -377,14 +378,31 @@ def _against(tc, opts: Options, header: Path, module: Path, out: Path) -> bool:
     recorded for the header (recording them the first time), else by the compiler's driver."""
     direct = zig_direct.commands(header, str(module), str(module.with_suffix(".o")), str(out)) \
         if tc.kind == "zig" else None
-    if direct is not None and all(toolchain.run(cmd).returncode == 0 for cmd in direct):
-        return True
-    if tc.kind == "zig" and direct is None and zig_direct.may_record(header):
-        return zig_direct.compile_and_record(tc, header, str(module), str(out), opts.fast_math)
-    built = toolchain.run(tc.compile(str(module), str(out), opts.fast_math, str(header))).returncode == 0
+    if direct is not None:
+        failed = next((p for p in map(toolchain.run, direct) if p.returncode != 0), None)
+        if failed is None:
+            return True
+        if toolchain.needs_runtime(failed.stderr):
+            return toolchain.run(tc.compile(str(module), str(out), opts.fast_math, str(header),
+                                            runtime=True)).returncode == 0
+    elif tc.kind == "zig" and zig_direct.may_record(header):
+        proc = zig_direct.compile_and_record(tc, header, str(module), str(out), opts.fast_math)
+        if proc.returncode == 0 or not toolchain.needs_runtime(proc.stderr):
+            return proc.returncode == 0
+    built = _driver(tc, opts, module, out, header).returncode == 0
     if built and direct is not None:  # zig's driver built what the recorded commands did not
         zig_direct.drop(header)
     return built
+
+
+def _driver(tc, opts: Options, module: Path, out: Path, header: Path | None) -> subprocess.CompletedProcess:
+    """The compiler driver's build of ``module``: linked without the compiler runtime, and again
+    with it if the link asks for it (toolchain.needs_runtime)."""
+    pch = str(header) if header is not None else None
+    proc = toolchain.run(tc.compile(str(module), str(out), opts.fast_math, pch))
+    if proc.returncode != 0 and toolchain.needs_runtime(proc.stderr):
+        proc = toolchain.run(tc.compile(str(module), str(out), opts.fast_math, pch, runtime=True))
+    return proc
 
 
 def _escape(s: str) -> str:
@@ -392,8 +410,13 @@ def _escape(s: str) -> str:
 
 
 def _run(cmd: list[str], source: str, filename: str) -> str:
+    return _check(toolchain.run(cmd), source, filename)
+
+
+def _check(proc: subprocess.CompletedProcess, source: str, filename: str) -> str:
+    """A compiler's output; a CompileError in the user's terms if it failed."""
     from .diagnostics import compile_error
-    proc = toolchain.run(cmd)
+    cmd = proc.args
     if proc.returncode != 0:
         error = compile_error(proc.stderr or str(proc.returncode), source, filename)
         if toolchain.verbose():

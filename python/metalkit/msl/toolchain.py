@@ -10,6 +10,7 @@ import contextlib
 import functools
 import json
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -64,10 +65,12 @@ class Toolchain:
             cmd += ["-I", d]
         return cmd + [source]
 
-    def compile(self, source: str, output: str, fast_math: bool, pch: str | None = None) -> list[str]:
+    def compile(self, source: str, output: str, fast_math: bool, pch: str | None = None,
+                runtime: bool = False) -> list[str]:
         """``source`` (preprocessed C++) -> the shared module ``output``; ``pch``: a header from
-        ``precompile`` to read first (same ``fast_math``: its flags must match)."""
-        return self._codegen(source, fast_math) + (["-include-pch", pch] if pch else []) + \
+        ``precompile`` to read first (same ``fast_math``: its flags must match); ``runtime``: link
+        zig's compiler runtime (``needs_runtime``)."""
+        return self._codegen(source, fast_math, runtime) + (["-include-pch", pch] if pch else []) + \
             ["-shared", source, "-o", output]
 
     def precompile(self, header: str, output: str, fast_math: bool) -> list[str]:
@@ -77,11 +80,18 @@ class Toolchain:
         return self._codegen(header, fast_math) + ["-Xclang", "-fno-pch-timestamp", "-x", "c++-header", header,
                                                    "-o", output]
 
-    def _codegen(self, source: str, fast_math: bool) -> list[str]:
+    def _codegen(self, source: str, fast_math: bool, runtime: bool = False) -> list[str]:
         if self.kind == "zig":
             # zig targets the native CPU by default, and adds full debug info unless told
             # otherwise (a quarter of the build time of a large library, and half its memory).
             cmd = [self.path, "c++", "-nostdlib++"]
+            if sys.platform.startswith("linux") and not runtime:
+                # zig builds its compiler runtime (compiler_rt) the first time it links, into its
+                # cache: 4 s of a new machine's first compile, for functions kernels seldom call
+                # (128-bit division, say). Linked without it, and with every symbol required to
+                # resolve, a module that needs it fails to link (needs_runtime) and is linked again
+                # with it, which zig builds then.
+                cmd += ["-rtlib=none", "-Wl,-z,defs"]
         else:
             cmd = [self.path, "-march=native"]
         # Line tables only, so a fault names the user's line (symbols.py); ELF keeps them in the
@@ -113,6 +123,11 @@ class Toolchain:
         """The first line ``--version`` prints ("" if it prints nothing)."""
         out = run(self._clang() + ["--version"])
         return next((line.strip() for line in (out.stdout + out.stderr).splitlines() if line.strip()), "")
+
+
+def needs_runtime(log: str) -> bool:
+    """Whether a link failed for a function of the compiler runtime (``compile(runtime=True)``)."""
+    return re.search(r"undefined symbol: __\w+", log) is not None
 
 
 def verbose() -> bool:

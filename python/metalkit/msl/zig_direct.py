@@ -15,6 +15,7 @@ import contextlib
 import json
 import os
 import shlex
+import subprocess
 import tempfile
 import threading
 from pathlib import Path
@@ -49,12 +50,13 @@ def may_record(header: Path) -> bool:
     return first
 
 
-def compile_and_record(tc: toolchain.Toolchain, header: Path, source: str, output: str, fast_math: bool) -> bool:
-    """``zig c++`` of ``source`` against ``header`` into ``output`` (True if it compiled), reading
-    and checking its commands on the way."""
+def compile_and_record(tc: toolchain.Toolchain, header: Path, source: str, output: str,
+                       fast_math: bool) -> subprocess.CompletedProcess:
+    """``zig c++`` of ``source`` against ``header`` into ``output``, reading and checking its
+    commands on the way."""
     proc = toolchain.run(tc.compile(source, output, fast_math, str(header)) + ["-v"])
     if proc.returncode != 0:
-        return False
+        return proc
     with contextlib.suppress(OSError):
         found = _parse(proc.stderr, source, output, tc.path)
         if found is not None and _reproduces(found, source, output):
@@ -65,7 +67,7 @@ def compile_and_record(tc: toolchain.Toolchain, header: Path, source: str, outpu
             os.replace(tmp, record)
             with _lock:
                 _known[str(record)] = found
-    return True
+    return proc
 
 
 def drop(header: Path) -> None:
