@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import collections
 import fnmatch
-import importlib
 import re
 import sys
 import time
@@ -23,7 +22,7 @@ import corpus  # noqa: E402
 import test_corpus_sweep as sweep  # noqa: E402
 from metalkit.msl import cache, toolchain  # noqa: E402
 
-build = importlib.import_module("metalkit.msl.build")
+from metalkit.msl import build
 
 
 def sources(which: str, name_filter: str | None):

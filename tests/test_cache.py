@@ -9,8 +9,8 @@ import pytest
 from conftest import child_env
 
 SCRIPT = textwrap.dedent("""
-    import importlib, sys, numpy as np, metalkit as mk
-    build = importlib.import_module("metalkit.msl.build")  # the module (metalkit.msl.build is its function)
+    import sys, numpy as np, metalkit as mk
+    from metalkit.msl import build
     if sys.argv[2] == "forbid":
         def refuse(*a, **k):
             raise SystemExit("compiled although the cache should have served it")

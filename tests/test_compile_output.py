@@ -3,9 +3,7 @@ line, once, elsewhere), and with METALKIT_VERBOSE=1 the compiler's command lines
 failing build. Verbose runs are child processes (the variable is the user's)."""
 from __future__ import annotations
 
-import importlib
 import io
-import os
 import re
 import subprocess
 import sys
@@ -15,13 +13,12 @@ import uuid
 from pathlib import Path
 
 import numpy as np
-import pytest
 
 import metalkit as mk
 from conftest import child_env
 from metalkit import _progress
 
-build_mod = importlib.import_module("metalkit.msl.build")  # the module (metalkit.msl.build is its function)
+from metalkit.msl import build as build_mod
 
 
 class FakeTerminal(io.StringIO):

@@ -3,9 +3,7 @@ run only the front end and list the kernels; Library.build() and `python -m meta
 compile everything ahead of time."""
 from __future__ import annotations
 
-import importlib
 import io
-import os
 import subprocess
 import sys
 import textwrap
@@ -18,7 +16,7 @@ import metalkit as mk
 from metalkit._progress import Progress
 from conftest import child_env
 
-build_module = importlib.import_module("metalkit.msl.build")
+from metalkit.msl import build as build_module
 
 N = build_module.EAGER_KERNELS + 4  # more than a file compiled whole
 
@@ -199,8 +197,8 @@ def test_progress_bar_on_a_terminal_only():
 # Loads argv[1] with the function constants argv[4] (JSON) and runs kernel argv[2] against numpy;
 # with argv[3] == "forbid" nothing may be compiled.
 CHILD = textwrap.dedent("""
-    import importlib, json, sys, numpy as np, metalkit as mk
-    build = importlib.import_module("metalkit.msl.build")
+    import json, sys, numpy as np, metalkit as mk
+    from metalkit.msl import build
     if sys.argv[3] == "forbid":
         def refuse(*a, **k):
             raise SystemExit("compiled although the cache should have served it")

@@ -4,7 +4,6 @@ and two processes building it at once leave one whole header. Runs that share a 
 directory are child processes."""
 from __future__ import annotations
 
-import importlib
 import json
 import subprocess
 import sys
@@ -214,7 +213,7 @@ def sources(tmp_path: Path) -> list[tuple[str, list[str]]]:
 
 def test_preprocessing_through_the_stand_ins_gives_the_full_text(tmp_path):
     """What clang -E makes of a source through stdlib_stubs is byte for byte what it makes in full."""
-    build_mod = importlib.import_module("metalkit.msl.build")  # the module (metalkit.msl.build is its function)
+    from metalkit.msl import build as build_mod
     tc = toolchain.find()
     stubs = stdlib_stubs.get(tc)
     assert stubs is not None

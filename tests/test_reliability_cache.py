@@ -20,8 +20,8 @@ from conftest import child_env
 # Runs the kernel of argv[1] on random data of edge sizes against numpy; with
 # argv[2] == "forbid" the cache must serve it (compiling is an error).
 SCRIPT = textwrap.dedent("""
-    import importlib, sys, numpy as np, metalkit as mk
-    build = importlib.import_module("metalkit.msl.build")  # the module (metalkit.msl.build is its function)
+    import sys, numpy as np, metalkit as mk
+    from metalkit.msl import build
     if sys.argv[2] == "forbid":
         def refuse(*a, **k):
             raise SystemExit("compiled although the cache should have served it")

@@ -7,7 +7,6 @@ hanging the run."""
 from __future__ import annotations
 
 import math
-import os
 import queue
 import re
 import signal

@@ -14,10 +14,10 @@ from conftest import child_env
 # handle and mappings, without a compiler run apiece). Each is compiled (a cache hit),
 # checked against numpy on random data, and dropped.
 SCRIPT = textwrap.dedent("""
-    import importlib, re, shutil, sys, numpy as np, metalkit as mk
+    import re, shutil, sys, numpy as np, metalkit as mk
     from metalkit import library
     from metalkit.msl import cache, toolchain
-    build = importlib.import_module("metalkit.msl.build")
+    from metalkit.msl import build
     N = int(sys.argv[1])
     # Threadgroup storage (a thread_local in the module) and a barrier (the runtime's table):
     # what must be safe to unload.

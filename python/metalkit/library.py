@@ -1,51 +1,27 @@
 """Compiling MSL into a Library of Kernels."""
 from __future__ import annotations
 
-import collections
 import os
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Tuple, Union, overload
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Tuple, Union
 
 from . import _device
+from ._lru import Lru
 from .errors import ArgumentError, CompileError, KernelNotFound
 
 if TYPE_CHECKING:
     from ._core import Kernel
 
 Constants = Mapping[Union[str, int], Union[bool, int, float]]
-# msl.build's arguments before kernels=: source, filename, include_dirs, constants, fast_math, defines, execution
+# msl.build.build's arguments before kernels=: source, filename, include_dirs, constants, fast_math, defines, execution
 _Options = Tuple[str, str, Tuple[str, ...], dict, bool, dict, str]
 
 # The in-memory library cache: the LIBRARY_CACHE most recently compiled or loaded
 # libraries. One dropped from it is freed (its modules unloaded) once nothing else
 # refers to it or its kernels.
 LIBRARY_CACHE = 64
-_lock = threading.Lock()
-_libraries: "collections.OrderedDict[tuple, Library]" = collections.OrderedDict()
-
-
-def _trim() -> None:
-    while len(_libraries) > LIBRARY_CACHE:
-        _libraries.popitem(last=False)
-
-
-@overload
-def _cached(key: tuple) -> "Library | None": ...
-@overload
-def _cached(key: tuple, make: Callable[[], "Library"]) -> "Library": ...
-
-
-def _cached(key: tuple, make: Callable[[], "Library"] | None = None) -> "Library | None":
-    """The cached library for ``key``, else (if ``make``) a new one made and cached."""
-    with _lock:
-        lib = _libraries.get(key)
-        if lib is None and make is not None:
-            lib = _libraries[key] = make()
-        if lib is not None:
-            _libraries.move_to_end(key)
-            _trim()
-        return lib
+_libraries: "Lru[Library]" = Lru(lambda: LIBRARY_CACHE)
 
 
 def _load(path: str) -> Any:
@@ -158,27 +134,27 @@ class _LazyCore:
             k = self._kernels.get(name)
         if k is not None or name not in self._known:
             return k
-        from . import msl
+        from .msl import build as msl_build, cache as msl_cache
         try:
-            core = self._module(msl.build(*self._options, [name]), name)
+            core = self._module(msl_build.build(*self._options, [name]), name)
         except CompileError as e:  # its own instantiation, or a body only the compiler reads
             raise e.reworded(f"kernel {name!r}: {e.msg}") from None
         k = core.kernel(name)
         if k is None:
             raise CompileError(f"kernel {name!r}: its cached module does not hold it; remove the kernel cache "
-                               f"({msl.cache.cache_dir()}) and run again", filename=self.filename)
+                               f"({msl_cache.cache_dir()}) and run again", filename=self.filename)
         with self._lock:
             return self._kernels.setdefault(name, k)
 
     def _module(self, path: str, name: str) -> Any:
-        from . import msl
+        from .msl import build as msl_build
         with self._lock:
             core = self._modules.get(path)
         if core is None:
             try:
                 core = _load(path)
             except RuntimeError:  # verified, yet it does not load here: build afresh
-                path = msl.build(*self._options, [name], rebuild=True)
+                path = msl_build.build(*self._options, [name], rebuild=True)
                 core = _load_fresh(path, self.filename)
             with self._lock:
                 core = self._modules.setdefault(path, core)
@@ -186,12 +162,12 @@ class _LazyCore:
 
     def build(self, jobs: int | None, progress: bool | None) -> None:
         import time
-        from . import msl
+        from .msl import build as msl_build
         from ._progress import Progress
         bar = Progress(len(self.kernel_names), Path(self.filename).name, enabled=progress)
         start = time.monotonic()
         try:
-            msl.build_all(*self._options, jobs=jobs, progress=bar.advance)
+            msl_build.build_all(*self._options, jobs=jobs, progress=bar.advance)
         finally:
             bar.close(time.monotonic() - start)
 
@@ -252,36 +228,31 @@ def compile(source: str, *, filename: str = "<source>", include_dirs: Iterable[s
         return compile(source, filename=filename, include_dirs=include_dirs, constants=c, fast_math=fast_math,
                        defines=defines, kernels=names, execution=execution)
     if backend == "cpu":
-        from . import msl
+        from .msl import build as msl_build
         options = (source, filename, include_dirs, consts, fast_math, defines, execution)
         if only is None:
-            path, names, tag = msl.plan(*options)
+            path, names, tag = msl_build.plan(*options)
         else:
-            path, names, tag = msl.build(*options, only), [], ""
+            path, names, tag = msl_build.build(*options, only), [], ""
         if path is None:  # a large file: each kernel is compiled when it is first used
-            return _cached(key + ("lazy", tag), lambda: Library(
+            return _libraries.get_or_make(key + ("lazy", tag), lambda: Library(
                 _LazyCore(filename, names, options), filename, backend, consts, rebuild))
-        lib = _cached(key + (path,))
+        lib = _libraries.get(key + (path,))
         if lib is None:
             try:
                 core = _load(path)
             except RuntimeError:  # verified, yet it does not load here (another system's libc...): build afresh
-                path = msl.build(*options, only, rebuild=True)
+                path = msl_build.build(*options, only, rebuild=True)
                 core = _load_fresh(path, filename)
-            lib = _cached(key + (path,), lambda: Library(core, filename, backend, consts, rebuild))
+            lib = _libraries.get_or_make(key + (path,), lambda: Library(core, filename, backend, consts, rebuild))
         return lib
     from . import _metal
     from .msl.defines import define_lines
     from .msl.includes import inline_includes
     text = define_lines(defines) + inline_includes(source, filename, include_dirs)
     metal_key = key + (text,)  # the headers as they are now: an edited header makes a new library
-    with _lock:
-        lib = _libraries.get(metal_key)
-        if lib is None:
-            lib = _libraries[metal_key] = Library(
-                _metal.compile_source(text, source, filename, consts, fast_math), filename, backend, consts, rebuild)
-        _libraries.move_to_end(metal_key)
-        _trim()
+    lib = _libraries.get_or_make(metal_key, lambda: Library(
+        _metal.compile_source(text, source, filename, consts, fast_math), filename, backend, consts, rebuild))
     missing = sorted(set(only or ()) - set(lib.kernels))
     if missing:  # Metal compiles every kernel; the names are still checked, as on the CPU
         raise CompileError(f"kernels=: no kernel named {missing[0]!r} in {filename}; check the name "
@@ -346,11 +317,5 @@ def _load_metallib(p: Path, constants: dict) -> Library:
     except OSError as e:
         raise CompileError(f"cannot read {p}: {e.strerror}", filename=str(p)) from None
     key = (backend, "metallib", str(p.resolve()), mtime, tuple(sorted((repr(k), repr(v)) for k, v in constants.items())))
-    with _lock:
-        lib = _libraries.get(key)
-        if lib is None:
-            lib = _libraries[key] = Library(_metal.load_metallib(str(p), constants), str(p), backend, constants,
-                                            lambda c, names=None: _load_metallib(p, c))
-        _libraries.move_to_end(key)
-        _trim()
-    return lib
+    return _libraries.get_or_make(key, lambda: Library(_metal.load_metallib(str(p), constants), str(p), backend,
+                                                       constants, lambda c, names=None: _load_metallib(p, c)))

@@ -10,7 +10,6 @@ regenerate the goldens and review their diff:
 """
 from __future__ import annotations
 
-import importlib
 import os
 from pathlib import Path
 
@@ -95,7 +94,7 @@ def _run(src: str):
                 plans.append(self)
         return Recording
 
-    build = importlib.import_module("metalkit.msl.build")
+    from metalkit.msl import build
     tc = toolchain.find()
     opts = Options.of(HEADER + src, "case.metal")
     mp = pytest.MonkeyPatch()

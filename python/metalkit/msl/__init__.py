@@ -1,4 +1,4 @@
-"""The CPU backend's front end: MSL source -> a self-describing native module."""
-from .build import build, build_all, plan
+"""The CPU backend's front end: MSL source -> a self-describing native module.
 
-__all__ = ["build", "build_all", "plan"]
+``msl.build`` (the module) runs it: ``build.plan``, ``build.build``, ``build.build_all``.
+"""

@@ -14,7 +14,6 @@ kernels' keys too.
 """
 from __future__ import annotations
 
-import collections
 import math
 import os
 import shutil
@@ -29,8 +28,10 @@ from typing import Callable
 
 from ..errors import CacheError, CompileError
 from .. import _progress
+from .._lru import Lru
 from . import cache, clang_facts, pch, stdlib_stubs, toolchain, zig_direct
 from .defines import define_lines
+from .paths import INCLUDE_DIR
 
 # The front end, code generator and diagnostics are imported when first needed: a
 # process that finds its kernels in the cache never loads them.
@@ -45,31 +46,10 @@ MEMORY_ENTRIES = 1024  # entries kept by each in-memory cache below (least recen
 _NOT_USER = ("<built-in>", "<command line>", "<scratch space>")
 
 
-class _Lru:
-    """A thread-safe mapping that keeps its ``size`` most recently used entries."""
-
-    def __init__(self, size: int):
-        self.size, self._d, self._lock = size, collections.OrderedDict(), threading.Lock()
-
-    def get(self, k):
-        with self._lock:
-            v = self._d.get(k)
-            if v is not None:
-                self._d.move_to_end(k)
-            return v
-
-    def put(self, k, v) -> None:
-        with self._lock:
-            self._d[k] = v
-            self._d.move_to_end(k)
-            while len(self._d) > self.size:
-                self._d.popitem(last=False)
-
-
 # key -> (module path, {user file: (mtime, size)}); lib key -> (names, tag, stats); lib key -> preprocessed text
-_memory = _Lru(MEMORY_ENTRIES)
-_names = _Lru(MEMORY_ENTRIES)
-_preprocessed = _Lru(4)  # the front end's clang -E output (and its whole pre-pass), for the build that follows
+_memory: Lru = Lru(lambda: MEMORY_ENTRIES)
+_names: Lru = Lru(lambda: MEMORY_ENTRIES)
+_preprocessed: Lru = Lru(lambda: 4)  # the front end's clang -E output (and its whole pre-pass), for the build that follows
 _locks_lock = threading.Lock()
 _key_locks: dict[str, list] = {}  # key -> [lock, users]: only while someone builds it
 
@@ -297,7 +277,7 @@ def _front(tc, opts: Options, lib_key: str, tmp, kernels, building: bool = True)
     text, src_name, _, whole = pp
     if kernels is None and whole is not None and pch.ENABLED:  # plan's scan, then the build of a small file
         return whole, src_name
-    user = lambda f: f not in _NOT_USER and not f.startswith(toolchain.INCLUDE_DIR) and f != src_name
+    user = lambda f: f not in _NOT_USER and not f.startswith(INCLUDE_DIR) and f != src_name
     # A large file's listing of its kernels goes without: its kernels get facts as they are built.
     with_facts = building or len(text) < FACTS_WHOLE_FILE
     facts = (lambda cpp: clang_facts.gather(tc, cpp, src_name, opts.fast_math, tmp)) if with_facts else None

@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Iterator, NamedTuple
 
 from ..errors import CacheError, MetalkitWarning
-from .toolchain import INCLUDE_DIR
+from .paths import INCLUDE_DIR
 
 FORMAT = 3  # bump when the layout of cache entries changes
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import CompileError
-from .toolchain import INCLUDE_DIR
+from .paths import INCLUDE_DIR
 
 _HEADER = re.compile(r"^(?P<file>.+?):(?P<line>\d+):(?P<col>\d+): (?P<kind>(?:fatal )?error|warning|note|remark): "
                      r"(?P<msg>.*)$")

@@ -21,7 +21,7 @@ from pathlib import Path
 from ..errors import CompileError
 from . import toolchain
 from .prepass import MslError, prepass
-from .toolchain import INCLUDE_DIR
+from .paths import INCLUDE_DIR
 from .tokens import parse_marker
 
 # host name -> (file, line, [(kind, index, name, decl, space, array length), ...],

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import cache, pch, toolchain
+from .paths import INCLUDE_DIR
 
 STUB = "#pragma once\n"
 _MARKER = re.compile(r'^# \d+ "(.*)" 1', re.M)
@@ -49,7 +50,7 @@ class Stubs:
         it reached a header of metalkit's they do not cover."""
         n = pch.head(text, src_name)
         rest = text[n:]
-        if not n or f'"{toolchain.INCLUDE_DIR}{os.sep}' in rest:
+        if not n or f'"{INCLUDE_DIR}{os.sep}' in rest:
             return None
         return text[:text.index("\n") + 1] + self.prefix + rest
 
@@ -101,8 +102,8 @@ def _record(tc: toolchain.Toolchain, folder: Path) -> Stubs | None:
         if parts is None or everything.returncode or own.returncode:
             return None
         prefix = parts[0]
-        base = os.path.join(toolchain.INCLUDE_DIR, "")
-        files = sorted({os.path.relpath(f, toolchain.INCLUDE_DIR) for f in _MARKER.findall(prefix)
+        base = os.path.join(INCLUDE_DIR, "")
+        files = sorted({os.path.relpath(f, INCLUDE_DIR) for f in _MARKER.findall(prefix)
                         if f.startswith(base)})
         for rel in files:
             (tmp / "include" / rel).parent.mkdir(parents=True, exist_ok=True)

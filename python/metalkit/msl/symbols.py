@@ -17,7 +17,7 @@ import mmap
 import os
 
 from .diagnostics import LAUNCHERS
-from .toolchain import INCLUDE_DIR
+from .paths import INCLUDE_DIR
 
 _NOT_USER = (LAUNCHERS, "<built-in>", "<command line>", "<scratch space>")
 

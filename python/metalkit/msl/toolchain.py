@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import CompileError
-
-INCLUDE_DIR = str(Path(__file__).resolve().parent.parent / "include")
+from . import cache
+from .paths import INCLUDE_DIR
 
 # MSL semantics as clang flags: C++17, property-based swizzles, half/bfloat
 # rounded after every operation, no exceptions or RTTI (MSL has neither), and
@@ -144,7 +144,6 @@ def run(cmd: list[str], input: str | None = None) -> subprocess.CompletedProcess
     would otherwise outlive it. Its caches (zig's) go under metalkit's cache
     directory, not the user's home.
     """
-    from . import cache  # cache imports this module for INCLUDE_DIR
     env = dict(os.environ)
     zig_cache = str(cache.root() / "zig")
     env.setdefault("ZIG_GLOBAL_CACHE_DIR", zig_cache)
@@ -234,7 +233,6 @@ int use(S s) { return s.p; }
 def _problem(tc: Toolchain) -> str | None:
     """None if ``tc`` is a clang that compiles what metalkit's headers use, else
     what is wrong; remembered per compiler binary in the cache directory."""
-    from . import cache  # cache imports this module for INCLUDE_DIR
     record = cache.root() / "compilers.json"
     try:
         known = json.loads(record.read_text())
