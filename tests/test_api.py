@@ -150,3 +150,15 @@ def test_kernel_repr_and_properties(device):
     k(x)
     assert k.last_gpu_time > 0 and k.uses_barriers is False
     assert os.path.basename(k.location[0]) == "<source>"
+
+
+def test_the_front_ends_modules_import_on_their_own_and_build_is_a_module():
+    # cache.py needs only where the headers are (msl/paths.py), not the toolchain that uses it:
+    # no import circle. metalkit.msl.build is the module; its functions are build.build & co.
+    code = ("import sys, types; import metalkit.msl.cache; "
+            "assert 'metalkit.msl.toolchain' not in sys.modules, 'cache imports the toolchain'; "
+            "import metalkit.msl, metalkit.msl.build as b; "
+            "assert isinstance(metalkit.msl.build, types.ModuleType) and metalkit.msl.build is b; "
+            "assert callable(b.build) and callable(b.plan) and callable(b.build_all)")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
