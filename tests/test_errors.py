@@ -145,3 +145,13 @@ def test_keyword_values_of_the_wrong_kind_are_named_errors(device):
     with pytest.raises(mk.DispatchError, match=r"more than metalkit dispatches at once \(2\^48\)"):
         lib.k(x, grid=(2**31, 2**31, 2**31), threadgroup_memory=tgm)
     assert x.tolist() == [1.0] * 8  # no failed call ran the kernel
+
+
+def test_the_core_names_kernels_in_messages_through_one_helper():
+    # "kernel 'name': ..." is written by kernel_label/kernel_prefix (src/core/errors.h) alone,
+    # so every message names its kernel the same way.
+    from pathlib import Path
+    src = Path(__file__).resolve().parent.parent / "src"
+    spelled = [f"{p.relative_to(src)}:{n}" for p in sorted(src.rglob("*")) if p.suffix in (".cpp", ".h", ".mm")
+               for n, line in enumerate(p.read_text().splitlines(), 1) if "\"kernel '\"" in line]
+    assert [s.split(":")[0] for s in spelled] == ["core/errors.h"], spelled

@@ -26,7 +26,7 @@ std::vector<py::handle> match_arguments(const KernelSpec& spec, const std::vecto
   const std::string& k = spec.name;
   const size_t n = slot_params.size();
   if (args.size() > n)
-    throw ArgumentError("kernel '" + k + "' takes " + std::to_string(n) + " argument" + (n == 1 ? "" : "s") +
+    throw ArgumentError(kernel_label(k) + " takes " + std::to_string(n) + " argument" + (n == 1 ? "" : "s") +
                         " but " + std::to_string(args.size()) + (args.size() == 1 ? " was" : " were") +
                         " given: " + signature());
   std::vector<py::handle> out(n);
@@ -45,11 +45,11 @@ std::vector<py::handle> match_arguments(const KernelSpec& spec, const std::vecto
         std::string w = keywords.substr(a, b - a);
         if (!w.empty() && w.back() == '=') names.push_back(w.substr(0, w.size() - 1));
       }
-      throw ArgumentError("kernel '" + k + "' has no parameter named '" + key + "'" + closest(key, names) +
+      throw ArgumentError(kernel_label(k) + " has no parameter named '" + key + "'" + closest(key, names) +
                           "; it takes " + signature() + ", and the call's own keywords are " + call_keywords);
     }
     if (out[slot])
-      throw ArgumentError("kernel '" + k + "' got two values for " + describe_param(spec.args[slot_params[slot]]) +
+      throw ArgumentError(kernel_label(k) + " got two values for " + describe_param(spec.args[slot_params[slot]]) +
                           ": argument " + std::to_string(slot + 1) + " and " + key + "=; pass it once");
     out[slot] = value;
   }
@@ -60,14 +60,14 @@ std::vector<py::handle> match_arguments(const KernelSpec& spec, const std::vecto
       missing += (count++ ? ", " : "") + describe_param(spec.args[slot_params[i]]);
     }
   if (count)
-    throw ArgumentError("kernel '" + k + "' is missing " + (count == 1 ? "an argument" : std::to_string(count) + " arguments") +
+    throw ArgumentError(kernel_label(k) + " is missing " + (count == 1 ? "an argument" : std::to_string(count) + " arguments") +
                         " for " + missing + "; pass " + (count == 1 ? "it" : "them") +
                         " in order or by name (None for a buffer the kernel does not read): " + signature());
   return out;
 }
 
 void none_for_scalar(const std::string& kernel, const ArgSpec& s) {
-  throw ArgumentError("kernel '" + kernel + "': " + describe_param(s) +
+  throw ArgumentError(kernel_prefix(kernel) + describe_param(s) +
                       " takes a value, not None; None stands only for a buffer (a pointer parameter) the kernel "
                       "does not read");
 }

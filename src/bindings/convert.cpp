@@ -16,7 +16,7 @@ namespace mk {
 namespace {
 
 [[noreturn]] void fail(const std::string& kernel, const ArgSpec& s, const std::string& what) {
-  throw ArgumentError("kernel '" + kernel + "': " + describe_param(s) + " " + what);
+  throw ArgumentError(kernel_prefix(kernel) + describe_param(s) + " " + what);
 }
 
 bool is_integer(py::handle v) {

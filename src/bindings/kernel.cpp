@@ -63,7 +63,7 @@ std::vector<int64_t> int_list(const std::string& kernel, const char* what, py::h
   auto one = [&](py::handle x) {
     std::optional<int64_t> i = as_int(x);
     if (!i)
-      throw DispatchError("kernel '" + kernel + "': " + what + " must be an int or a tuple of up to 3 ints, got " +
+      throw DispatchError(kernel_prefix(kernel) + what + " must be an int or a tuple of up to 3 ints, got " +
                           std::string(py::str(py::repr(x))).substr(0, 60));
     out.push_back(*i);
   };
@@ -84,7 +84,7 @@ std::optional<double> timeout_seconds(const std::string& kernel, py::handle v) {
   const bool number = !PyBool_Check(v.ptr()) && !PyErr_Occurred();
   PyErr_Clear();
   if (!number)
-    throw ArgumentError("kernel '" + kernel + "': timeout= takes a number of seconds (or None for METALKIT_TIMEOUT), got " +
+    throw ArgumentError(kernel_prefix(kernel) + "timeout= takes a number of seconds (or None for METALKIT_TIMEOUT), got " +
                         std::string(py::str(py::repr(v))).substr(0, 40));
   return s;
 }
@@ -116,7 +116,7 @@ void park_until_done(std::shared_ptr<Completion> running, std::vector<py::object
 
 uint32_t shuffle_seed(const std::string& kernel, py::handle v) {
   std::optional<int64_t> x = as_int(v);
-  if (!x) throw ArgumentError("kernel '" + kernel + "': shuffle= takes an int seed (0 runs threads in index order)");
+  if (!x) throw ArgumentError(kernel_prefix(kernel) + "shuffle= takes an int seed (0 runs threads in index order)");
   return *x == 0 ? 0u : (uint32_t(*x) ? uint32_t(*x) : 1u);
 }
 
@@ -181,7 +181,7 @@ namespace {
 // `char*`, `uchar*`) takes any array's bytes through .view(), which keeps the data;
 // .astype() converts values, right only where numbers of another type are meant.
 std::string dtype_mismatch(const std::string& kname, const ArgSpec& s, py::handle want, py::handle got) {
-  const std::string head = "kernel '" + kname + "': " + describe_param(s) + " takes elements of dtype ";
+  const std::string head = kernel_prefix(kname) + describe_param(s) + " takes elements of dtype ";
   const std::string given = ", got an array of dtype " + std::string(py::str(got));
   if (s.type == MK_T_STRUCT) {
     const std::string layout = want.is_none() ? "a struct of " + std::to_string(s.elem_size) + " bytes"
@@ -203,7 +203,7 @@ bool PyKernel::check_array(const ArgSpec& s, const Slot& slot, py::handle obj) c
   const std::string& kname = spec().name;
   auto& api = py::detail::npy_api::get();
   if (!api.PyArray_Check_(obj.ptr()))
-    throw ArgumentError("kernel '" + kname + "': " + describe_param(s) +
+    throw ArgumentError(kernel_prefix(kname) + describe_param(s) +
                         " takes a numpy array (or an object exporting __dlpack__ or the buffer protocol: a torch "
                         "tensor, a memoryview), got " +
                         std::string(py::str(py::type::of(obj).attr("__name__"))) + "; pass " +
@@ -216,7 +216,7 @@ bool PyKernel::check_array(const ArgSpec& s, const Slot& slot, py::handle obj) c
   if (s.type == MK_T_STRUCT) {
     py::dtype dt = py::reinterpret_borrow<py::dtype>(reinterpret_cast<PyObject*>(a->descr));
     if (dt.attr("hasobject").cast<bool>())
-      throw ArgumentError("kernel '" + kname + "': " + describe_param(s) +
+      throw ArgumentError(kernel_prefix(kname) + describe_param(s) +
                           " cannot take an array holding Python objects; use a dtype of plain numbers");
     const auto* typeobj = reinterpret_cast<PyObject*>(py::detail::array_descriptor_proxy(a->descr)->typeobj);
     ok = dt.kind() == 'V' && typeobj != MK_PY_ATTR("ml_dtypes", "bfloat16").ptr() &&  // bfloat16's kind is V too
@@ -228,7 +228,7 @@ bool PyKernel::check_array(const ArgSpec& s, const Slot& slot, py::handle obj) c
   if (!ok) throw ArgumentError(dtype_mismatch(kname, s, slot.dtype, py::reinterpret_borrow<py::object>(a->descr)));
   const bool writable_array = (a->flags & py::detail::npy_api::NPY_ARRAY_WRITEABLE_) != 0;
   if (s.writable && !writable_array)
-    throw ArgumentError("kernel '" + kname + "': " + describe_param(s) +
+    throw ArgumentError(kernel_prefix(kname) + describe_param(s) +
                         " is not declared const, so the kernel may write it, but the array is read-only; pass a "
                         "writable copy (x.copy()), or declare it `" + const_decl(s) +
                         "` if the kernel does not write it");
@@ -290,61 +290,71 @@ void set_allocation(BoundArg& b, py::handle array) {
 
 }  // namespace
 
-py::object PyKernel::call(py::args args, py::kwargs kwargs) {
-  if (!parked().empty()) let_go_of_finished_work();
-  const KernelSpec& sp = spec();
+// The call's own keywords, read; everything else is a parameter by name.
+struct PyKernel::Options {
   GeometryRequest geometry;
   py::handle tgmem;
   bool check = debug_defaults().check;
   uint32_t shuffle = debug_defaults().shuffle;
   std::optional<double> timeout;
   NamedArgs named;
-  for (auto item : kwargs) {
-    std::string key = py::str(item.first);
-    if (key == "grid" || key == "threadgroups" || key == "threadgroup") {
-      if (!item.second.is_none()) {
-        std::optional<Dims3>& d = key == "grid" ? geometry.grid : key == "threadgroups" ? geometry.threadgroups
-                                                                                        : geometry.threadgroup;
-        d = make_dims(sp.name, key.c_str(), int_list(sp.name, key.c_str(), item.second), key != "threadgroup");
-      }
-    } else if (key == "threadgroup_memory") {
-      tgmem = item.second;
-    } else if (key == "check") {  // None: the METALKIT_CHECK default
-      if (!item.second.is_none()) {
-        if (!PyBool_Check(item.second.ptr()))
-          throw ArgumentError("kernel '" + sp.name + "': check= takes True or False (or None for METALKIT_CHECK)");
-        check = item.second.ptr() == Py_True;
-      }
-    } else if (key == "shuffle") {  // None: the METALKIT_SHUFFLE default; 0: in order
-      if (!item.second.is_none()) shuffle = shuffle_seed(sp.name, item.second);
-    } else if (key == "timeout") {
-      timeout = timeout_seconds(sp.name, item.second);
-    } else {
-      named.emplace_back(std::move(key), item.second);  // a parameter by name
-    }
-  }
-  const std::vector<py::handle> values =
-      match_arguments(sp, slot_params_, args, named, [this] { return signature(); }, kCallKeywords);
+};
 
+// One call's state, from its checked arguments to the launch.
+struct PyKernel::Call {
   Launch launch;
-  launch.args.resize(sp.args.size());
-  alignas(64) unsigned char local[1024];
-  std::vector<unsigned char> heap;
-  unsigned char* scratch = local;
-  if (scratch_bytes_ > sizeof(local) || scratch_align_ > 64) {
-    heap.resize(scratch_bytes_ + scratch_align_);
-    const uintptr_t a = scratch_align_;
-    scratch = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(heap.data()) + a - 1) / a * a);
-  }
-  // 1. Check every argument. Nothing is copied, queued or run before all pass.
   std::vector<ArrayArg> arrays;
   std::vector<py::object> made;     // arrays this call made from its arguments (a numpy.void, a checked None)
   std::vector<py::object> foreign;  // numpy views of the call's non-numpy arrays (torch tensors, memoryviews)
   ArrayCounts counts;               // for a default grid
+  std::shared_ptr<PyBatch> batch;   // the thread's metalkit.batch(), if any
+  bool emulate = false;             // a CPU batch that queues calls as a GPU's would (tests)
+  bool defer = false;               // queued in the batch, not run now
+  std::vector<HostUse> uses;        // host memory of a queued call's arrays
+  std::vector<PyBatch::Staged> fresh;  // staged copies made by this call
+  std::vector<size_t> shared;          // batch->staged entries this call writes through
+};
+
+PyKernel::Options PyKernel::read_keywords(py::kwargs kwargs) const {
+  const std::string& name = spec().name;
+  Options o;
+  for (auto item : kwargs) {
+    std::string key = py::str(item.first);
+    if (key == "grid" || key == "threadgroups" || key == "threadgroup") {
+      if (!item.second.is_none()) {
+        std::optional<Dims3>& d = key == "grid" ? o.geometry.grid : key == "threadgroups" ? o.geometry.threadgroups
+                                                                                          : o.geometry.threadgroup;
+        d = make_dims(name, key.c_str(), int_list(name, key.c_str(), item.second), key != "threadgroup");
+      }
+    } else if (key == "threadgroup_memory") {
+      o.tgmem = item.second;
+    } else if (key == "check") {  // None: the METALKIT_CHECK default
+      if (!item.second.is_none()) {
+        if (!PyBool_Check(item.second.ptr()))
+          throw ArgumentError(kernel_prefix(name) + "check= takes True or False (or None for METALKIT_CHECK)");
+        o.check = item.second.ptr() == Py_True;
+      }
+    } else if (key == "shuffle") {  // None: the METALKIT_SHUFFLE default; 0: in order
+      if (!item.second.is_none()) o.shuffle = shuffle_seed(name, item.second);
+    } else if (key == "timeout") {
+      o.timeout = timeout_seconds(name, item.second);
+    } else {
+      o.named.emplace_back(std::move(key), item.second);  // a parameter by name
+    }
+  }
+  return o;
+}
+
+// 1. Every argument checked and bound (scalars converted into `scratch`). Nothing is
+// copied, queued or run before all pass.
+void PyKernel::bind_arguments(const std::vector<py::handle>& values, bool check, unsigned char* scratch,
+                              Call& c) const {
+  const KernelSpec& sp = spec();
+  c.launch.args.resize(sp.args.size());
   for (size_t i = 0; i < slots_.size(); ++i) {
     const Slot& slot = slots_[i];
     const ArgSpec& s = sp.args[slot.param];
-    BoundArg& b = launch.args[slot.param];
+    BoundArg& b = c.launch.args[slot.param];
     py::handle arg = values[i];
     if (arg.is_none() && s.kind == ArgKind::Scalar) none_for_scalar(sp.name, s);
     if (s.kind == ArgKind::Scalar) {
@@ -358,42 +368,45 @@ py::object PyKernel::call(py::args args, py::kwargs kwargs) {
       // mode gives it no bytes between guards, so a read names the parameter.
       b.none = true;
       if (check) {
-        made.push_back(MK_PY_ATTR("numpy", "empty")(0, "uint8"));
-        arrays.push_back({slot.param, made.back(), true, {}});
+        c.made.push_back(MK_PY_ATTR("numpy", "empty")(0, "uint8"));
+        c.arrays.push_back({slot.param, c.made.back(), true, {}});
       }
     } else {
       if (s.type == MK_T_STRUCT && !py::isinstance<py::array>(arg)) {
-        made.push_back(struct_buffer(sp.name, s, arg));  // constant S* given a numpy.void
-        arg = made.back();
+        c.made.push_back(struct_buffer(sp.name, s, arg));  // constant S* given a numpy.void
+        arg = c.made.back();
       }
       if (!py::detail::npy_api::get().PyArray_Check_(arg.ptr()))
-        arg = foreign_array(sp.name, s, slot.dtype, arg, foreign);
+        arg = foreign_array(sp.name, s, slot.dtype, arg, c.foreign);
       const bool stage = check_array(s, slot, arg);
       auto* a = py::detail::array_proxy(arg.ptr());
       b.data = a->data;
       b.nbytes = size_t(py::reinterpret_borrow<py::array>(arg).nbytes());
-      arrays.push_back({slot.param, arg, stage, {}});
-      counts.add(slot.param, b.nbytes / s.elem_size);
+      c.arrays.push_back({slot.param, arg, stage, {}});
+      c.counts.add(slot.param, b.nbytes / s.elem_size);
     }
   }
+}
 
-  // Threadgroup memory: every [[threadgroup(i)]] parameter needs a size.
+// Threadgroup memory: every [[threadgroup(i)]] parameter needs a size.
+void PyKernel::size_threadgroup_memory(py::handle tgmem, Launch& launch) const {
+  const KernelSpec& sp = spec();
   uint64_t tg_total = 0;
   py::dict sizes;
   if (tgmem && !tgmem.is_none()) {
     if (!PyDict_Check(tgmem.ptr()))
-      throw ArgumentError("kernel '" + sp.name + "': threadgroup_memory must be a dict {index: nbytes}");
+      throw ArgumentError(kernel_prefix(sp.name) + "threadgroup_memory must be a dict {index: nbytes}");
     sizes = py::reinterpret_borrow<py::dict>(tgmem);
   }
   for (int p : threadgroup_params_) {
     const ArgSpec& s = sp.args[p];
     py::int_ key(s.index);
     if (!sizes.contains(key))
-      throw DispatchError("kernel '" + sp.name + "': " + describe_param(s) +
+      throw DispatchError(kernel_prefix(sp.name) + describe_param(s) +
                           " needs a size; pass threadgroup_memory={" + std::to_string(s.index) + ": nbytes}");
     std::optional<int64_t> n = as_int(sizes[key]);
     if (!n || *n < 0 || uint64_t(*n) > kMaxThreadgroupMemory)
-      throw DispatchError("kernel '" + sp.name + "': threadgroup_memory[" + std::to_string(s.index) +
+      throw DispatchError(kernel_prefix(sp.name) + "threadgroup_memory[" + std::to_string(s.index) +
                           "] must be a number of bytes from 0 to 32768, got " +
                           std::string(py::str(py::repr(sizes[key]))).substr(0, 40));
     launch.args[p].tg_offset = uint32_t(tg_total);
@@ -403,164 +416,202 @@ py::object PyKernel::call(py::args args, py::kwargs kwargs) {
   for (auto item : sizes) {
     std::optional<int64_t> key = as_int(item.first);
     if (!key)
-      throw DispatchError("kernel '" + sp.name + "': threadgroup_memory keys are [[threadgroup(i)]] indices (ints), got " +
+      throw DispatchError(kernel_prefix(sp.name) + "threadgroup_memory keys are [[threadgroup(i)]] indices (ints), got " +
                           std::string(py::str(py::repr(item.first))).substr(0, 40));
     // A size for an index the kernel has no parameter at is ignored, as Metal does (llama.cpp's
     // host code sets index 0 for every kernel); it must still be a size Metal would take.
     std::optional<int64_t> n = as_int(item.second);
     if (!n || *n < 0 || uint64_t(*n) > kMaxThreadgroupMemory)
-      throw DispatchError("kernel '" + sp.name + "': threadgroup_memory[" + std::to_string(*key) +
+      throw DispatchError(kernel_prefix(sp.name) + "threadgroup_memory[" + std::to_string(*key) +
                           "] must be a number of bytes from 0 to 32768, got " +
                           std::string(py::str(py::repr(item.second))).substr(0, 40));
   }
   if (tg_total > kMaxThreadgroupMemory)
-    throw DispatchError("kernel '" + sp.name + "': threadgroup memory of " + std::to_string(tg_total) +
+    throw DispatchError(kernel_prefix(sp.name) + "threadgroup memory of " + std::to_string(tg_total) +
                         " bytes exceeds the 32768 bytes Metal allows per threadgroup; use smaller tiles");
   launch.tg_bytes = tg_total;
-  launch.geometry = plan_geometry(sp, geometry, default_grid_, counts);
-  launch.limits = plan_run_limits(sp.name, timeout, impl_->defers(), PyThread_get_thread_ident() == g_main_thread);
-  if (launch.geometry.empty()) return py::none();
-  if ((check || shuffle) && impl_->defers())
-    throw DispatchError("kernel '" + sp.name + "': check= and shuffle= are CPU simulator options; on Metal use "
-                        "METALKIT_VALIDATE=1 for Apple's shader validation");
-  launch.shuffle_seed = shuffle;
-  launch.checked = check;
-  // Checked mode: every array runs on a copy between inaccessible pages, so an
-  // out-of-bounds index faults at once and the caller's arrays stay untouched.
-  if (check)
-    for (ArrayArg& x : arrays) x.stage = true;
+}
 
-  // 2. Inside metalkit.batch(), a backend that defers queues the call; others
-  // run it now, after whatever the batch has queued. Calls after a fault in the
-  // batch are checked but not run (it is raised when the block exits).
-  std::shared_ptr<PyBatch> batch = current_batch();
-  if (batch && !batch->fault().empty()) return py::none();
-  const bool emulate = batch && !impl_->defers() && emulating_gpu_batches();
-  bool defer = batch && (impl_->defers() || emulate);
+// 2. Inside metalkit.batch(), a backend that defers queues the call; others run it now,
+// after whatever the batch has queued. False: the batch has a fault, so the call is checked
+// but not run (the fault is raised when the block exits).
+bool PyKernel::join_batch(Call& c) const {
+  c.batch = current_batch();
+  std::shared_ptr<PyBatch>& batch = c.batch;
+  if (batch && !batch->fault().empty()) return false;
+  c.emulate = batch && !impl_->defers() && emulating_gpu_batches();
+  c.defer = batch && (impl_->defers() || c.emulate);
   if (batch && batch->pending()) {
     const bool host_queue = dynamic_cast<HostQueue*>(batch->encoding.get()) != nullptr;
-    if (!defer || host_queue != emulate) {
+    if (!c.defer || host_queue != c.emulate) {
       batch->settle();
-      if (!batch->fault().empty()) return py::none();
+      if (!batch->fault().empty()) return false;
     }
   }
   // Too many batches hold queued GPU work (batch.h, kMaxOpenBatches): this one runs its calls at once.
-  if (defer && !batch->hold_slot()) defer = false;
+  if (c.defer && !batch->hold_slot()) c.defer = false;
   const bool wants_alloc = impl_->wants_allocations();
-  for (ArrayArg& x : arrays) {
-    if (!x.stage && wants_alloc) set_allocation(launch.args[x.param], x.obj);
-    if (x.stage || defer) x.use = memory_of(x.obj, x.stage, sp.args[x.param].writable);
+  for (ArrayArg& x : c.arrays) {
+    if (!x.stage && wants_alloc) set_allocation(c.launch.args[x.param], x.obj);
+    if (x.stage || c.defer) x.use = memory_of(x.obj, x.stage, spec().args[x.param].writable);
   }
-  std::vector<HostUse> uses;
-  if (defer) {
-    for (ArrayArg& x : arrays) {
-      if (!x.stage && !emulate) x.use.access = impl_->host_access(sp.args[x.param], launch.args[x.param]);
-      uses.push_back(x.use);
+  if (c.defer) {
+    for (ArrayArg& x : c.arrays) {
+      if (!x.stage && !c.emulate) x.use.access = impl_->host_access(spec().args[x.param], c.launch.args[x.param]);
+      c.uses.push_back(x.use);
     }
     // Memory a queued call writes and this one reads or writes in a way the
     // queue cannot order: run the queued calls first.
-    if (batch->pending() && batch->memory.conflicts(uses)) {
+    if (batch->pending() && batch->memory.conflicts(c.uses)) {
       batch->settle();
-      if (!batch->fault().empty()) return py::none();
+      if (!batch->fault().empty()) return false;
     }
   }
+  return true;
+}
 
-  // 3. Staged arrays: an aligned contiguous copy (page-aligned, so any element
-  // alignment holds), copied back only if the kernel may write it. In a batch,
-  // calls passing the same view share one copy, copied back when the batch completes.
-  std::vector<PyBatch::Staged> fresh;  // copies made by this call
-  std::vector<size_t> shared;          // batch->staged entries this call writes through
-  for (ArrayArg& x : arrays) {
+// 3. Staged arrays: an aligned contiguous copy (page-aligned, so any element alignment
+// holds), copied back only if the kernel may write it. In a batch, calls passing the same
+// view share one copy, copied back when the batch completes.
+void PyKernel::stage_arrays(Call& c) const {
+  const bool wants_alloc = impl_->wants_allocations();
+  for (ArrayArg& x : c.arrays) {
     if (!x.stage) continue;
-    const ArgSpec& s = sp.args[x.param];
+    const ArgSpec& s = spec().args[x.param];
     py::object copy;
-    for (auto& f : fresh)
+    for (auto& f : c.fresh)
       if (f.layout == x.use.layout) {
         copy = f.copy;
         f.copy_back = f.copy_back || s.writable;
       }
-    if (!copy && defer)
-      for (size_t k = 0; k < batch->staged.size() && !copy; ++k)
-        if (batch->staged[k].layout == x.use.layout) {
-          copy = batch->staged[k].copy;
-          if (s.writable) shared.push_back(k);
+    if (!copy && c.defer)
+      for (size_t k = 0; k < c.batch->staged.size() && !copy; ++k)
+        if (c.batch->staged[k].layout == x.use.layout) {
+          copy = c.batch->staged[k].copy;
+          if (s.writable) c.shared.push_back(k);
         }
     if (!copy) {
       py::object& stage = MK_PY_ATTR("metalkit._staging", "stage");
-      copy = stage(py::reinterpret_borrow<py::array>(x.obj), check ? s.elem_align : 0);
-      fresh.push_back({x.use.layout, py::reinterpret_borrow<py::object>(x.obj), copy, s.writable});
+      copy = stage(py::reinterpret_borrow<py::array>(x.obj), c.launch.checked ? s.elem_align : 0);
+      c.fresh.push_back({x.use.layout, py::reinterpret_borrow<py::object>(x.obj), copy, s.writable});
     }
-    BoundArg& b = launch.args[x.param];
+    BoundArg& b = c.launch.args[x.param];
     b.data = py::detail::array_proxy(copy.ptr())->data;
     if (wants_alloc) set_allocation(b, copy);
   }
+}
 
-  if (!defer) {
-    if (launch.limits.interruptible) {
-      // A Ctrl-C from here on stops the kernel; one that came before is raised now, before it runs.
-      launch.limits.interrupts = interrupts_seen();
-      if (PyErr_CheckSignals() != 0) throw py::error_already_set();
-    }
-    // A GPU's wait looks for Ctrl-C itself (Completion::wait): metalkit's handler must be the one installed.
-    if (launch.limits.interruptible && impl_->defers()) watch_interrupts();
-    // What the GPU may still use after a wait this call gave up: kept alive until it is done.
-    auto keep_running = [&](const std::shared_ptr<Completion>& running) {
-      if (!running) return;
-      std::vector<py::object> keep;
-      for (ArrayArg& x : arrays) keep.push_back(py::reinterpret_borrow<py::object>(x.obj));
-      for (auto& st : fresh) keep.push_back(st.copy);
-      keep.insert(keep.end(), made.begin(), made.end());
-      keep.insert(keep.end(), foreign.begin(), foreign.end());
-      park_until_done(running, std::move(keep));
-    };
-    try {
-      py::gil_scoped_release nogil;
-      impl_->dispatch(launch);
-    } catch (const Interrupted& e) {
-      keep_running(e.running);
-      // Python's SIGINT handler runs now, at the call (KeyboardInterrupt by default). One
-      // that does not raise leaves the KernelFault saying how far the kernel got.
-      if (PyErr_CheckSignals() != 0) throw py::error_already_set();
-      if (!batch) throw;
-      batch->fail(e.what());
-      return py::none();
-    } catch (const GpuTimeout& e) {
-      keep_running(e.running);
-      if (!batch) throw;
-      batch->fail(e.what());
-      return py::none();
-    } catch (const KernelFault& e) {
-      if (!batch) throw;
-      batch->fail(e.what());
-      return py::none();
-    }
-    if (!fresh.empty()) {
-      py::object& copyto = MK_PY_ATTR("numpy", "copyto");
-      for (auto& st : fresh)
-        if (st.copy_back) copyto(st.original, st.copy);
-    }
-    if (batch) batch->ran(*impl_);
-    return py::none();
+// 4a. Run now and wait; staged results are copied back.
+void PyKernel::run_now(Call& c) const {
+  Launch& launch = c.launch;
+  if (launch.limits.interruptible) {
+    // A Ctrl-C from here on stops the kernel; one that came before is raised now, before it runs.
+    launch.limits.interrupts = interrupts_seen();
+    if (PyErr_CheckSignals() != 0) throw py::error_already_set();
   }
+  // A GPU's wait looks for Ctrl-C itself (Completion::wait): metalkit's handler must be the one installed.
+  if (launch.limits.interruptible && impl_->defers()) watch_interrupts();
+  // What the GPU may still use after a wait this call gave up: kept alive until it is done.
+  auto keep_running = [&](const std::shared_ptr<Completion>& running) {
+    if (!running) return;
+    std::vector<py::object> keep;
+    for (ArrayArg& x : c.arrays) keep.push_back(py::reinterpret_borrow<py::object>(x.obj));
+    for (auto& st : c.fresh) keep.push_back(st.copy);
+    keep.insert(keep.end(), c.made.begin(), c.made.end());
+    keep.insert(keep.end(), c.foreign.begin(), c.foreign.end());
+    park_until_done(running, std::move(keep));
+  };
+  try {
+    py::gil_scoped_release nogil;
+    impl_->dispatch(launch);
+  } catch (const Interrupted& e) {
+    keep_running(e.running);
+    // Python's SIGINT handler runs now, at the call (KeyboardInterrupt by default). One
+    // that does not raise leaves the KernelFault saying how far the kernel got.
+    if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+    if (!c.batch) throw;
+    c.batch->fail(e.what());
+    return;
+  } catch (const GpuTimeout& e) {
+    keep_running(e.running);
+    if (!c.batch) throw;
+    c.batch->fail(e.what());
+    return;
+  } catch (const KernelFault& e) {
+    if (!c.batch) throw;
+    c.batch->fail(e.what());
+    return;
+  }
+  if (!c.fresh.empty()) {
+    py::object& copyto = MK_PY_ATTR("numpy", "copyto");
+    for (auto& st : c.fresh)
+      if (st.copy_back) copyto(st.original, st.copy);
+  }
+  if (c.batch) c.batch->ran(*impl_);
+}
 
-  if (launch.limits.timeout > 0 && !emulate && !launch.limits.from_env)
-    throw DispatchError("kernel '" + sp.name + "': timeout= bounds the wait of a call that runs at once; inside "
+// 4b. Queued in the batch: what it uses stays alive, and staged results come back, when
+// the batch completes.
+void PyKernel::enqueue(Call& c) const {
+  Launch& launch = c.launch;
+  PyBatch& batch = *c.batch;
+  if (launch.limits.timeout > 0 && !c.emulate && !launch.limits.from_env)
+    throw DispatchError(kernel_prefix(spec().name) + "timeout= bounds the wait of a call that runs at once; inside "
                         "metalkit.batch() this call runs when the batch completes: call it outside the batch");
   launch.limits.interruptible = false;  // it runs when the batch completes, not at this call
   {
     py::gil_scoped_release nogil;
-    if (emulate) {
-      if (!batch->encoding) batch->encoding = std::make_unique<HostQueue>();
-      static_cast<HostQueue&>(*batch->encoding).add(impl_, launch);
+    if (c.emulate) {
+      if (!batch.encoding) batch.encoding = std::make_unique<HostQueue>();
+      static_cast<HostQueue&>(*batch.encoding).add(impl_, launch);
     } else {
-      impl_->enqueue(launch, *batch);
+      impl_->enqueue(launch, batch);
     }
   }
-  // Queued: what it uses stays alive, and staged results come back, when the batch completes.
-  batch->queued(impl_, uses);
-  for (ArrayArg& x : arrays) batch->keep_alive.push_back(py::reinterpret_borrow<py::object>(x.obj));
-  for (size_t k : shared) batch->staged[k].copy_back = true;
-  for (auto& f : fresh) batch->staged.push_back(std::move(f));
+  batch.queued(impl_, c.uses);
+  for (ArrayArg& x : c.arrays) batch.keep_alive.push_back(py::reinterpret_borrow<py::object>(x.obj));
+  for (size_t k : c.shared) batch.staged[k].copy_back = true;
+  for (auto& f : c.fresh) batch.staged.push_back(std::move(f));
+}
+
+py::object PyKernel::call(py::args args, py::kwargs kwargs) {
+  if (!parked().empty()) let_go_of_finished_work();
+  const KernelSpec& sp = spec();
+  Options o = read_keywords(kwargs);
+  const std::vector<py::handle> values =
+      match_arguments(sp, slot_params_, args, o.named, [this] { return signature(); }, kCallKeywords);
+
+  // Scalars' bytes: on the stack unless they are many or aligned past 64 bytes.
+  alignas(64) unsigned char local[1024];
+  std::vector<unsigned char> heap;
+  unsigned char* scratch = local;
+  if (scratch_bytes_ > sizeof(local) || scratch_align_ > 64) {
+    heap.resize(scratch_bytes_ + scratch_align_);
+    const uintptr_t a = scratch_align_;
+    scratch = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(heap.data()) + a - 1) / a * a);
+  }
+  Call c;
+  bind_arguments(values, o.check, scratch, c);
+  size_threadgroup_memory(o.tgmem, c.launch);
+  c.launch.geometry = plan_geometry(sp, o.geometry, default_grid_, c.counts);
+  c.launch.limits = plan_run_limits(sp.name, o.timeout, impl_->defers(), PyThread_get_thread_ident() == g_main_thread);
+  if (c.launch.geometry.empty()) return py::none();
+  if ((o.check || o.shuffle) && impl_->defers())
+    throw DispatchError(kernel_prefix(sp.name) + "check= and shuffle= are CPU simulator options; on Metal use "
+                        "METALKIT_VALIDATE=1 for Apple's shader validation");
+  c.launch.shuffle_seed = o.shuffle;
+  c.launch.checked = o.check;
+  // Checked mode: every array runs on a copy between inaccessible pages, so an
+  // out-of-bounds index faults at once and the caller's arrays stay untouched.
+  if (o.check)
+    for (ArrayArg& x : c.arrays) x.stage = true;
+
+  if (!join_batch(c)) return py::none();
+  stage_arrays(c);
+  if (c.defer)
+    enqueue(c);
+  else
+    run_now(c);
   return py::none();
 }
 

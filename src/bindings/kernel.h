@@ -42,6 +42,17 @@ class PyKernel {
   // (an aligned C-contiguous copy) because it cannot be used in place.
   bool check_array(const ArgSpec& s, const Slot& slot, pybind11::handle obj) const;
 
+  // The steps of a call (kernel.cpp, in this order).
+  struct Options;
+  struct Call;
+  Options read_keywords(pybind11::kwargs kwargs) const;
+  void bind_arguments(const std::vector<pybind11::handle>& values, bool check, unsigned char* scratch, Call& c) const;
+  void size_threadgroup_memory(pybind11::handle tgmem, Launch& launch) const;
+  bool join_batch(Call& c) const;
+  void stage_arrays(Call& c) const;
+  void run_now(Call& c) const;
+  void enqueue(Call& c) const;
+
   std::shared_ptr<KernelImpl> impl_;
   std::vector<pybind11::object> dtypes_;  // per parameter: numpy dtype of its elements (None: builtins, unknown structs)
   DefaultGridRule default_grid_;  // whether a call may leave the grid out

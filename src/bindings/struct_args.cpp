@@ -43,7 +43,7 @@ void check_struct_dtype(const std::string& kernel, const ArgSpec& s, py::handle 
   py::object& mismatch = MK_PY_ATTR("metalkit._structs", "mismatch");
   py::object why = mismatch(given, expected);
   if (why.is_none()) return;
-  throw ArgumentError("kernel '" + kernel + "': " + describe_param(s) + " is a struct whose layout differs from " +
+  throw ArgumentError(kernel_prefix(kernel) + describe_param(s) + " is a struct whose layout differs from " +
                       "the values passed: " + std::string(py::str(why)) + "; build them with the kernel's dtype, " +
                       "np.zeros(" + (s.kind == ArgKind::Scalar ? "()" : "n") + ", kernel.args[" +
                       std::to_string(s.position) + "].dtype), and set the fields by name");
@@ -61,7 +61,7 @@ void check_struct_value(const std::string& kernel, const ArgSpec& s, py::handle 
 py::object struct_buffer(const std::string& kernel, const ArgSpec& s, py::handle value) {
   if (s.type != MK_T_STRUCT || !is_void_scalar(value)) return py::reinterpret_borrow<py::object>(value);
   if (s.writable)
-    throw ArgumentError("kernel '" + kernel + "': " + describe_param(s) + " may be written by the kernel, and a " +
+    throw ArgumentError(kernel_prefix(kernel) + describe_param(s) + " may be written by the kernel, and a " +
                         "numpy.void is a copy of the struct; pass an array holding it, e.g. np.zeros(1, kernel.args[" +
                         std::to_string(s.position) + "].dtype), or arr[i:i+1] for element i of arr");
   py::object& asarray = MK_PY_ATTR("numpy", "asarray");

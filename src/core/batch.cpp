@@ -167,7 +167,7 @@ BatchOutcome HostQueue::finish() {
       out.fault = f.what();  // the CPU knows which call faulted; the rest do not run
       break;
     } catch (const std::exception& x) {
-      out.fault = "kernel '" + e.kernel->spec().name + "': " + x.what();
+      out.fault = kernel_prefix(e.kernel->spec().name) + x.what();
       break;
     }
   }

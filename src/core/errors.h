@@ -13,4 +13,9 @@ struct KernelFault : std::runtime_error { using std::runtime_error::runtime_erro
 // A backend-level compile failure (Metal); carries the compiler's text.
 struct CompileFailure : std::runtime_error { using std::runtime_error::runtime_error; };
 
+// How every message names its kernel: "kernel 'name'", and "kernel 'name': " before what
+// follows.
+inline std::string kernel_label(const std::string& name) { return "kernel '" + name + "'"; }
+inline std::string kernel_prefix(const std::string& name) { return kernel_label(name) + ": "; }
+
 }  // namespace mk

@@ -90,7 +90,7 @@ std::vector<ConstantValue> resolve_constants(const std::string& kernel, const st
       if (matches(a, d) && (!v || (!a.name.empty() && v->name.empty()))) v = &a;
     if (!v) {
       if (d.required)
-        throw CompileFailure("kernel '" + kernel + "' uses " + describe(d) +
+        throw CompileFailure(kernel_label(kernel) + " uses " + describe(d) +
                              ", which has no value; pass constants={'" + d.name +
                              "': value}, or test it with is_function_constant_defined(" + d.name + ") in the kernel");
       continue;
@@ -98,7 +98,7 @@ std::vector<ConstantValue> resolve_constants(const std::string& kernel, const st
     ConstantValue value;
     value.decl = i;
     std::string why = put(d, *v, value.bytes.data());
-    if (!why.empty()) throw CompileFailure("kernel '" + kernel + "': " + describe(d) + " " + why);
+    if (!why.empty()) throw CompileFailure(kernel_prefix(kernel) + describe(d) + " " + why);
     out.push_back(value);
   }
   return out;

@@ -40,13 +40,13 @@ const char* kAskGrid = "; pass grid=(x, y, z) in threads, or threadgroups=(x, y,
 
 Dims3 make_dims(const std::string& kernel, const char* what, const std::vector<int64_t>& dims, bool allow_zero) {
   if (dims.empty() || dims.size() > 3)
-    throw DispatchError("kernel '" + kernel + "': " + what + " must be an int or a tuple of 1 to 3 ints, got " +
+    throw DispatchError(kernel_prefix(kernel) + what + " must be an int or a tuple of 1 to 3 ints, got " +
                         std::to_string(dims.size()) + " values");
   Dims3 d;
   for (size_t i = 0; i < dims.size(); ++i) {
     int64_t x = dims[i];
     if (x < (allow_zero ? 0 : 1) || x > 0xFFFFFFFFll)
-      throw DispatchError("kernel '" + kernel + "': " + what + " dimension " + std::to_string(i) + " is " +
+      throw DispatchError(kernel_prefix(kernel) + what + " dimension " + std::to_string(i) + " is " +
                           std::to_string(x) + "; it must be " + (allow_zero ? "between 0" : "between 1") +
                           " and 4294967295");
     d.v[i] = uint32_t(x);
@@ -78,10 +78,10 @@ Geometry plan_geometry(const KernelSpec& spec, const GeometryRequest& req, const
   const std::string& kernel = spec.name;
   Geometry g;
   if (req.grid && req.threadgroups)
-    throw DispatchError("kernel '" + kernel + "': pass grid= (threads per grid) or threadgroups= (threadgroups "
+    throw DispatchError(kernel_prefix(kernel) + "pass grid= (threads per grid) or threadgroups= (threadgroups "
                         "per grid), not both");
   if (req.threadgroups && !req.threadgroup)
-    throw DispatchError("kernel '" + kernel + "': threadgroups= counts threadgroups, so it needs threadgroup= "
+    throw DispatchError(kernel_prefix(kernel) + "threadgroups= counts threadgroups, so it needs threadgroup= "
                         "(threads per threadgroup) too; or pass grid= in threads");
   if (req.grid) {
     g.grid = *req.grid;
@@ -89,14 +89,14 @@ Geometry plan_geometry(const KernelSpec& spec, const GeometryRequest& req, const
     for (int i = 0; i < 3; ++i) {
       const uint64_t n = uint64_t(req.threadgroups->v[i]) * req.threadgroup->v[i];
       if (n > 0xFFFFFFFFull)
-        throw DispatchError("kernel '" + kernel + "': threadgroups " + dims_str(*req.threadgroups) +
+        throw DispatchError(kernel_prefix(kernel) + "threadgroups " + dims_str(*req.threadgroups) +
                             " of threadgroup " + dims_str(*req.threadgroup) + " make " + std::to_string(n) +
                             " threads along dimension " + std::to_string(i) + ", over Metal's 2^32-1");
       g.grid.v[i] = uint32_t(n);
     }
   } else {
     auto refuse = [&](const std::string& why, const char* fix) {
-      return DispatchError("kernel '" + kernel + "': no default grid, because " + why + fix);
+      return DispatchError(kernel_prefix(kernel) + "no default grid, because " + why + fix);
     };
     if (!rule.refusal.empty()) throw refuse(rule.refusal, kAskGrid);
     if (counts.arrays == 0) throw refuse("it takes no array argument to size the grid from", kAskGrid);
@@ -110,7 +110,7 @@ Geometry plan_geometry(const KernelSpec& spec, const GeometryRequest& req, const
                                       "array length",
                    "; pass threadgroup= (the grid is then the arrays' length), or grid= or threadgroups= with it");
     if (counts.first_count > 0xFFFFFFFFull)
-      throw DispatchError("kernel '" + kernel + "': the default grid would be " + std::to_string(counts.first_count) +
+      throw DispatchError(kernel_prefix(kernel) + "the default grid would be " + std::to_string(counts.first_count) +
                           " threads along x, over Metal's 2^32-1; pass a 2-D or 3-D grid=");
     g.grid.v[0] = uint32_t(counts.first_count);
   }
@@ -120,7 +120,7 @@ Geometry plan_geometry(const KernelSpec& spec, const GeometryRequest& req, const
     g.tg.v[0] = std::max<uint32_t>(1, std::min<uint32_t>({g.grid.v[0], 256u, spec.max_threads}));
   }
   if (g.tg.product() > spec.max_threads)
-    throw DispatchError("kernel '" + kernel + "': threadgroup " + dims_str(g.tg) + " has " +
+    throw DispatchError(kernel_prefix(kernel) + "threadgroup " + dims_str(g.tg) + " has " +
                         std::to_string(g.tg.product()) + " threads but this kernel allows at most " +
                         std::to_string(spec.max_threads) +
                         " per threadgroup (Kernel.max_threads_per_threadgroup); pass a smaller threadgroup=");
@@ -130,7 +130,7 @@ Geometry plan_geometry(const KernelSpec& spec, const GeometryRequest& req, const
   if (total > double(uint64_t(1) << 48)) {
     char n[32];
     std::snprintf(n, sizeof n, "%.3g", total);
-    throw DispatchError("kernel '" + kernel + "': grid " + dims_str(g.grid) + " has " + n +
+    throw DispatchError(kernel_prefix(kernel) + "grid " + dims_str(g.grid) + " has " + n +
                         " threads, more than metalkit dispatches at once (2^48); split the work into several calls");
   }
   return g;

@@ -38,7 +38,7 @@ bool keep_staging(uint64_t capacity, uint64_t pooled_bytes) { return pooled_byte
 Dims3 uniform_threadgroups(const std::string& kernel, const Geometry& g) {
   for (int i = 0; i < 3; ++i)
     if (g.grid.v[i] % g.tg.v[i] != 0)
-      throw DispatchError("kernel '" + kernel + "': this GPU runs only whole threadgroups, and grid dimension " +
+      throw DispatchError(kernel_prefix(kernel) + "this GPU runs only whole threadgroups, and grid dimension " +
                           std::to_string(i) + " (" + std::to_string(g.grid.v[i]) +
                           " threads) is not a multiple of the threadgroup's " + std::to_string(g.tg.v[i]) +
                           "; pass a grid= rounded up to a multiple of threadgroup= and have the kernel return "
@@ -49,14 +49,14 @@ Dims3 uniform_threadgroups(const std::string& kernel, const Geometry& g) {
 void check_threadgroup_memory(const std::string& kernel, uint64_t dynamic_bytes, uint64_t static_bytes,
                               uint64_t limit) {
   if (dynamic_bytes + static_bytes > limit)
-    throw DispatchError("kernel '" + kernel + "': it declares " + std::to_string(static_bytes) +
+    throw DispatchError(kernel_prefix(kernel) + "it declares " + std::to_string(static_bytes) +
                         " bytes of threadgroup memory and threadgroup_memory= asks for " +
                         std::to_string(dynamic_bytes) + " more, over the " + std::to_string(limit) +
                         " bytes this GPU has per threadgroup; use smaller tiles");
 }
 
 std::string gpu_fault_message(const std::string& kernel, const std::string& detail, bool validation_on) {
-  std::string msg = "kernel '" + kernel + "': the GPU stopped with an error: " + detail;
+  std::string msg = kernel_prefix(kernel) + "the GPU stopped with an error: " + detail;
   if (!validation_on)
     msg += ". Set METALKIT_VALIDATE=1 before importing metalkit to have Metal's shader validation report the "
            "out-of-bounds access or other fault";

@@ -118,7 +118,7 @@ KernelSpec spec_from_reflection(const std::string& kernel, const std::vector<Ref
   spec.line = declared ? declared->line : 0;
   for (const ReflectedBinding& b : bindings) {
     if (b.type == ReflectedBinding::Type::Other)
-      throw CompileFailure("kernel '" + kernel + "' takes a " + b.other + " parameter '" + b.name +
+      throw CompileFailure(kernel_label(kernel) + " takes a " + b.other + " parameter '" + b.name +
                            "'; metalkit passes only buffers, scalars and threadgroup memory to kernels");
     const bool tg = b.type == ReflectedBinding::Type::Threadgroup;
     ArgSpec a;

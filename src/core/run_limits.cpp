@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "errors.h"
 #include "watchdog.h"
 
 namespace mk {
@@ -44,14 +45,14 @@ RunLimits plan_run_limits(const std::string& kernel, std::optional<double> timeo
   l.interruptible = main_thread;
   if (timeout) {
     if (!(*timeout > 0))
-      throw ArgumentError("kernel '" + kernel + "': timeout= takes a positive number of seconds, got " +
+      throw ArgumentError(kernel_prefix(kernel) + "timeout= takes a positive number of seconds, got " +
                           seconds(*timeout) + " (None: METALKIT_TIMEOUT or no limit)");
     l.timeout = std::isinf(*timeout) ? 0 : *timeout;
     return l;
   }
   if (defers) return l;  // METALKIT_TIMEOUT is the CPU simulator's default
   const EnvTimeout& e = env_timeout();
-  if (!e.error.empty()) throw ArgumentError("kernel '" + kernel + "': " + e.error);
+  if (!e.error.empty()) throw ArgumentError(kernel_prefix(kernel) + e.error);
   l.timeout = e.seconds;
   l.from_env = true;
   return l;
@@ -98,7 +99,7 @@ void Completion::then(std::function<void()> f) {
 }
 
 std::string gpu_stop_message(const KernelSpec& spec, const RunLimits& limits, StopReason why, double elapsed) {
-  std::string msg = "kernel '" + spec.name + "' (" + spec.file + ":" + std::to_string(spec.line) + "): ";
+  std::string msg = kernel_label(spec.name) + " (" + spec.file + ":" + std::to_string(spec.line) + "): ";
   if (why == StopReason::Timeout)
     msg += "stopped waiting at its time limit of " + seconds(limits.timeout) + " s (timeout=" +
            seconds(limits.timeout) + ")";
@@ -112,7 +113,7 @@ std::string gpu_stop_message(const KernelSpec& spec, const RunLimits& limits, St
 
 std::string stop_message(const KernelSpec& spec, const RunLimits& limits, StopReason why, double elapsed,
                          uint64_t groups_done, uint64_t groups_total) {
-  std::string msg = "kernel '" + spec.name + "' (" + spec.file + ":" + std::to_string(spec.line) + "): ";
+  std::string msg = kernel_label(spec.name) + " (" + spec.file + ":" + std::to_string(spec.line) + "): ";
   if (why == StopReason::Timeout)
     msg += "stopped at its time limit of " + seconds(limits.timeout) + " s (" +
            (limits.from_env ? "METALKIT_TIMEOUT=" : "timeout=") + seconds(limits.timeout) + ")";

@@ -446,7 +446,7 @@ class CpuKernel : public KernelImpl {
     }
     if (!failed) return;
     const std::string line = source_line(fault.pc, info_);
-    throw KernelFault("kernel '" + spec_.name + "' (" + spec_.file + ":" + std::to_string(spec_.line) + "): " +
+    throw KernelFault(kernel_label(spec_.name) + " (" + spec_.file + ":" + std::to_string(spec_.line) + "): " +
                       fault.what + (line.empty() ? "" : ", at " + line) + fault.advice);
   }
 
@@ -469,7 +469,7 @@ class CpuLibrary : public LibraryImpl {
       if (name == mod_->info->kernels[i].name) {
         const mk_kernel_info& k = mod_->info->kernels[i];
         if (k.unset_constant && *k.unset_constant)
-          throw CompileFailure("kernel '" + name + "' uses function constant '" + k.unset_constant +
+          throw CompileFailure(kernel_label(name) + " uses function constant '" + k.unset_constant +
                                "', which was given no value: pass it in constants= (or Library.specialize), "
                                "or test is_function_constant_defined(" + k.unset_constant + ") before using it");
         auto& slot = kernels_[name];

@@ -197,7 +197,7 @@ std::shared_ptr<KernelImpl> make_metal_kernel(MetalDevice& dev, id<MTLFunction> 
       bindings = from_arguments(reflection.arguments);
     }
   }
-  if (!pipeline) throw CompileFailure("kernel '" + name + "': " + error);
+  if (!pipeline) throw CompileFailure(kernel_prefix(name) + error);
   KernelSpec spec =
       spec_from_reflection(name, bindings, declared, uint32_t(pipeline.maxTotalThreadsPerThreadgroup), file);
   spec.simd_width = uint32_t(pipeline.threadExecutionWidth);

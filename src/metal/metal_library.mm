@@ -79,7 +79,7 @@ class MetalLibrary : public LibraryImpl {
       function = [library_ newFunctionWithName:ns_string(name) constantValues:given error:&failure];
       if (!function) error = error_text(failure, "Metal could not specialize it");
     }
-    if (!function) throw CompileFailure("kernel '" + name + "': " + error);
+    if (!function) throw CompileFailure(kernel_prefix(name) + error);
     return function;
   }
 
