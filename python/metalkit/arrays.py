@@ -1,6 +1,7 @@
 """numpy arrays whose memory is device-shared: kernels use them with no copy."""
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import numpy as np
@@ -9,13 +10,14 @@ from numpy.typing import DTypeLike
 
 def _allocate(nbytes: int):
     from . import _core, _device
-    alloc = _core.metal_allocate if _device.current() == "metal" else _core.allocate
-    return alloc(max(int(nbytes), 1))
+    if sys.platform == "darwin" and _device.current() == "metal":  # the Metal backend is built on macOS only
+        return _core.metal_allocate(max(int(nbytes), 1))
+    return _core.allocate(max(int(nbytes), 1))
 
 
 def _on_device(a: np.ndarray) -> bool:
     from . import _core
-    base = a.base
+    base: Any = a.base
     while isinstance(base, (np.ndarray, memoryview)):
         base = base.obj if isinstance(base, memoryview) else base.base
     return isinstance(base, _core.Buffer)
