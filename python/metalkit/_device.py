@@ -97,7 +97,7 @@ def device() -> DeviceInfo:
     >>> d.backend in ("cpu", "metal"), d.simd_width
     (True, 32)
     """
-    if sys.platform == "darwin" and current() == "metal":  # the Metal backend is built on macOS only
+    if current() == "metal" and sys.platform == "darwin":  # the Metal backend is built on macOS only
         from . import _core
         info = _core.metal_device()
         return DeviceInfo(info["name"], "metal", info["max_threads_per_threadgroup"],

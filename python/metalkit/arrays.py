@@ -10,7 +10,7 @@ from numpy.typing import DTypeLike
 
 def _allocate(nbytes: int):
     from . import _core, _device
-    if sys.platform == "darwin" and _device.current() == "metal":  # the Metal backend is built on macOS only
+    if _device.current() == "metal" and sys.platform == "darwin":  # the Metal backend is built on macOS only
         return _core.metal_allocate(max(int(nbytes), 1))
     return _core.allocate(max(int(nbytes), 1))
 
