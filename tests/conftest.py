@@ -25,8 +25,19 @@ def device(request):
 
 
 @pytest.fixture
-def rng():
-    return np.random.default_rng(int.from_bytes(os.urandom(4), "little"))
+def rng(request):
+    """A generator seeded at random (METALKIT_TEST_SEED=N: with N); a failing test prints its seed."""
+    seed = int(os.environ.get("METALKIT_TEST_SEED") or int.from_bytes(os.urandom(4), "little"))
+    request.node.rng_seed = seed
+    return np.random.default_rng(seed)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    report = (yield).get_result()
+    seed = getattr(item, "rng_seed", None)
+    if report.failed and seed is not None:
+        report.sections.append(("random seed", f"rng seed {seed}: METALKIT_TEST_SEED={seed} runs it again"))
 
 
 HEADER = "#include <metal_stdlib>\nusing namespace metal;\n"
