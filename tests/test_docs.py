@@ -3,7 +3,6 @@ function and method a runnable example, and the examples run and give what they 
 import doctest
 import importlib
 import inspect
-import re
 from pathlib import Path
 
 import pytest
@@ -102,8 +101,4 @@ def test_readme_calling_a_kernel():
     for env in ENV_DEFAULTS.values():
         assert env in section, env
     assert "(x, y, z) = (width, height, depth), the reverse of\nnumpy's shape order" in section
-    blocks = re.findall(r"```python\n(.*?)```", section, re.S)
-    assert blocks
-    import numpy as np
-    for code in blocks:  # its examples run (their asserts hold)
-        exec(compile(code, "README.md", "exec"), {"np": np, "mk": metalkit})
+    assert "```python" in section  # its example runs in tests/test_readme.py
