@@ -3,6 +3,7 @@ function and method a runnable example, and the examples run and give what they 
 import doctest
 import importlib
 import inspect
+import re
 from pathlib import Path
 
 import pytest
@@ -102,3 +103,19 @@ def test_readme_calling_a_kernel():
         assert env in section, env
     assert "(x, y, z) = (width, height, depth), the reverse of\nnumpy's shape order" in section
     assert "```python" in section  # its example runs in tests/test_readme.py
+
+
+def test_architecture_opens_with_a_one_page_map_and_keeps_its_lines_short():
+    root = Path(__file__).resolve().parent.parent
+    text = (root / "docs" / "architecture.md").read_text()
+    sections = [line for line in text.splitlines() if line.startswith("## ")]
+    assert sections[:2] == ["## Map", "## Layers"]
+    page = text.split("\n## Map\n", 1)[1].split("\n## Layers\n", 1)[0]
+    assert len(page.splitlines()) <= 80  # a page
+    # Every file the map names exists.
+    named = set(re.findall(r"[\w/]+\.(?:py|cpp|h)\b", page))
+    where = [root / "python" / "metalkit", root / "python" / "metalkit" / "msl", root / "src", root]
+    missing = [n for n in named if not any((w / n).exists() or list(w.rglob(n)) for w in where)]
+    assert len(named) > 15 and missing == [], missing
+    long = [n for n, line in enumerate(text.splitlines(), 1) if len(line) > 100 and not line.startswith("|")]
+    assert long == []
