@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import collections
+import functools
 import os
 import threading
 from pathlib import Path
@@ -70,12 +71,13 @@ class Library:
     """
 
     def __init__(self, core: Any, filename: str, backend: str, constants: Constants | None = None,
-                 rebuild: Callable[..., "Library"] | None = None):
+                 rebuild: Callable[..., "Library"] | None = None, checked: Callable[[str], Any] | None = None):
         self._core = core
         self.filename = filename
         self.backend = backend
         self.constants = dict(constants or {})
         self._rebuild = rebuild  # the same source and options with other constants
+        self._checked = checked  # a kernel's checked build, by name (check= races, uninit, lockstep)
 
     def specialize(self, name: str, constants: Constants) -> "Kernel":
         """Kernel ``name`` with function constants bound for it alone, on top of the library's.
@@ -109,6 +111,8 @@ class Library:
             raise KernelNotFound(f"no kernel named {name!r} in {self.filename}; it has: "
                                  f"{', '.join(self.kernels) or 'none'}; check the name (a template kernel is named "
                                  "by its host_name instantiations)")
+        if self._checked is not None and k._checked_factory is None:
+            k._checked_factory = functools.partial(self._checked, name)
         return k
 
     def __getattr__(self, name: str) -> "Kernel":
@@ -259,9 +263,10 @@ def compile(source: str, *, filename: str = "<source>", include_dirs: Iterable[s
             path, names, tag = msl.plan(*options)
         else:
             path, names, tag = msl.build(*options, only), [], ""
+        checked = functools.partial(_checked_kernel, options)
         if path is None:  # a large file: each kernel is compiled when it is first used
             return _cached(key + ("lazy", tag), lambda: Library(
-                _LazyCore(filename, names, options), filename, backend, consts, rebuild))
+                _LazyCore(filename, names, options), filename, backend, consts, rebuild, checked))
         lib = _cached(key + (path,))
         if lib is None:
             try:
@@ -269,7 +274,7 @@ def compile(source: str, *, filename: str = "<source>", include_dirs: Iterable[s
             except RuntimeError:  # verified, yet it does not load here (another system's libc...): build afresh
                 path = msl.build(*options, only, rebuild=True)
                 core = _load_fresh(path, filename)
-            lib = _cached(key + (path,), lambda: Library(core, filename, backend, consts, rebuild))
+            lib = _cached(key + (path,), lambda: Library(core, filename, backend, consts, rebuild, checked))
         return lib
     from . import _metal
     from .msl.defines import define_lines
@@ -288,6 +293,19 @@ def compile(source: str, *, filename: str = "<source>", include_dirs: Iterable[s
         raise CompileError(f"kernels=: no kernel named {missing[0]!r} in {filename}; check the name "
                            "(a template is named by its host_name instantiations)", filename=filename)
     return lib
+
+
+def _checked_kernel(options: tuple, name: str) -> Any:
+    """Kernel ``name`` of the source and options ``options`` (msl.build's), built checked: every
+    thread its own fiber and every memory access told to the runtime (check= races, uninit,
+    lockstep)."""
+    from . import msl
+    try:
+        path = msl.build(*options[:-1], "checked", [name])
+    except CompileError as e:
+        raise CompileError(f"kernel {name!r}, built for check=: {e.msg}", filename=e.filename, lineno=e.lineno,
+                           offset=e.offset, text=e.text, log=e.log) from None
+    return _load(path).kernel(name)
 
 
 def _check_constants(constants: Constants) -> None:

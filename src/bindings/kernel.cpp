@@ -9,6 +9,7 @@
 #include "py_attr.h"
 #include "buffer.h"
 #include "call_args.h"
+#include "check_option.h"
 #include "convert.h"
 #include "foreign.h"
 #include "py_batch.h"
@@ -120,6 +121,16 @@ uint32_t shuffle_seed(const std::string& kernel, py::handle v) {
   return *x == 0 ? 0u : (uint32_t(*x) ? uint32_t(*x) : 1u);
 }
 
+// What the call's checks found that is a warning, not a fault (check_warnings()), as CheckWarning.
+void warn_findings() {
+  std::vector<std::string> found;
+  found.swap(check_warnings());
+  if (found.empty()) return;
+  py::object& category = MK_PY_ATTR("metalkit.errors", "CheckWarning");
+  for (const std::string& w : found)
+    if (PyErr_WarnEx(category.ptr(), w.c_str(), 1) != 0) throw py::error_already_set();
+}
+
 }  // namespace
 
 void init_call_path() {
@@ -131,7 +142,7 @@ DebugDefaults& debug_defaults() {
   static DebugDefaults d = [] {
     DebugDefaults out;
     const char* c = std::getenv("METALKIT_CHECK");
-    out.check = c && *c && std::string(c) != "0";
+    out.checks = c ? parse_checks("METALKIT_CHECK ", std::string(c)) : 0;
     const char* s = std::getenv("METALKIT_SHUFFLE");
     if (s && *s && std::string(s) != "0") out.shuffle = uint32_t(std::strtoul(s, nullptr, 10)) ?: 1u;
     return out;
@@ -290,12 +301,22 @@ void set_allocation(BoundArg& b, py::handle array) {
 
 }  // namespace
 
+std::shared_ptr<KernelImpl> PyKernel::checked_impl(const std::string& kernel) {
+  if (checked_) return checked_;
+  if (!checked_factory || checked_factory.is_none())
+    throw DispatchError("kernel '" + kernel + "': check= races, uninit and lockstep need the kernel's source to build "
+                        "it checked; get the kernel from metalkit.compile or metalkit.load");
+  py::object k = checked_factory();
+  checked_ = k.cast<PyKernel&>().impl_;
+  return checked_;
+}
+
 py::object PyKernel::call(py::args args, py::kwargs kwargs) {
   if (!parked().empty()) let_go_of_finished_work();
   const KernelSpec& sp = spec();
   GeometryRequest geometry;
   py::handle tgmem;
-  bool check = debug_defaults().check;
+  uint32_t checks = debug_defaults().checks;
   uint32_t shuffle = debug_defaults().shuffle;
   std::optional<double> timeout;
   NamedArgs named;
@@ -310,11 +331,7 @@ py::object PyKernel::call(py::args args, py::kwargs kwargs) {
     } else if (key == "threadgroup_memory") {
       tgmem = item.second;
     } else if (key == "check") {  // None: the METALKIT_CHECK default
-      if (!item.second.is_none()) {
-        if (!PyBool_Check(item.second.ptr()))
-          throw ArgumentError("kernel '" + sp.name + "': check= takes True or False (or None for METALKIT_CHECK)");
-        check = item.second.ptr() == Py_True;
-      }
+      if (!item.second.is_none()) checks = parse_checks(sp.name, item.second);
     } else if (key == "shuffle") {  // None: the METALKIT_SHUFFLE default; 0: in order
       if (!item.second.is_none()) shuffle = shuffle_seed(sp.name, item.second);
     } else if (key == "timeout") {
@@ -357,7 +374,7 @@ py::object PyKernel::call(py::args args, py::kwargs kwargs) {
       // A buffer the kernel does not read: unbound (a null pointer; nil on Metal). Checked
       // mode gives it no bytes between guards, so a read names the parameter.
       b.none = true;
-      if (check) {
+      if (checks & kCheckBounds) {
         made.push_back(MK_PY_ATTR("numpy", "empty")(0, "uint8"));
         arrays.push_back({slot.param, made.back(), true, {}});
       }
@@ -420,14 +437,17 @@ py::object PyKernel::call(py::args args, py::kwargs kwargs) {
   launch.geometry = plan_geometry(sp, geometry, default_grid_, counts);
   launch.limits = plan_run_limits(sp.name, timeout, impl_->defers(), PyThread_get_thread_ident() == g_main_thread);
   if (launch.geometry.empty()) return py::none();
-  if ((check || shuffle) && impl_->defers())
+  if ((checks || shuffle) && impl_->defers())
     throw DispatchError("kernel '" + sp.name + "': check= and shuffle= are CPU simulator options; on Metal use "
                         "METALKIT_VALIDATE=1 for Apple's shader validation");
   launch.shuffle_seed = shuffle;
-  launch.checked = check;
+  launch.checks = checks;
+  // The access checks run the kernel's checked build: every thread its own fiber, every access recorded.
+  const std::shared_ptr<KernelImpl> run = checks & kCheckAccesses ? checked_impl(sp.name) : impl_;
+  check_warnings().clear();
   // Checked mode: every array runs on a copy between inaccessible pages, so an
   // out-of-bounds index faults at once and the caller's arrays stay untouched.
-  if (check)
+  if (checks & kCheckBounds)
     for (ArrayArg& x : arrays) x.stage = true;
 
   // 2. Inside metalkit.batch(), a backend that defers queues the call; others
@@ -487,7 +507,7 @@ py::object PyKernel::call(py::args args, py::kwargs kwargs) {
         }
     if (!copy) {
       py::object& stage = MK_PY_ATTR("metalkit._staging", "stage");
-      copy = stage(py::reinterpret_borrow<py::array>(x.obj), check ? s.elem_align : 0);
+      copy = stage(py::reinterpret_borrow<py::array>(x.obj), checks & kCheckBounds ? s.elem_align : 0);
       fresh.push_back({x.use.layout, py::reinterpret_borrow<py::object>(x.obj), copy, s.writable});
     }
     BoundArg& b = launch.args[x.param];
@@ -515,7 +535,7 @@ py::object PyKernel::call(py::args args, py::kwargs kwargs) {
     };
     try {
       py::gil_scoped_release nogil;
-      impl_->dispatch(launch);
+      run->dispatch(launch);
     } catch (const Interrupted& e) {
       keep_running(e.running);
       // Python's SIGINT handler runs now, at the call (KeyboardInterrupt by default). One
@@ -539,7 +559,8 @@ py::object PyKernel::call(py::args args, py::kwargs kwargs) {
       for (auto& st : fresh)
         if (st.copy_back) copyto(st.original, st.copy);
     }
-    if (batch) batch->ran(*impl_);
+    if (batch) batch->ran(*run);
+    warn_findings();
     return py::none();
   }
 
@@ -551,13 +572,13 @@ py::object PyKernel::call(py::args args, py::kwargs kwargs) {
     py::gil_scoped_release nogil;
     if (emulate) {
       if (!batch->encoding) batch->encoding = std::make_unique<HostQueue>();
-      static_cast<HostQueue&>(*batch->encoding).add(impl_, launch);
+      static_cast<HostQueue&>(*batch->encoding).add(run, launch);
     } else {
-      impl_->enqueue(launch, *batch);
+      run->enqueue(launch, *batch);
     }
   }
   // Queued: what it uses stays alive, and staged results come back, when the batch completes.
-  batch->queued(impl_, uses);
+  batch->queued(run, uses);
   for (ArrayArg& x : arrays) batch->keep_alive.push_back(py::reinterpret_borrow<py::object>(x.obj));
   for (size_t k : shared) batch->staged[k].copy_back = true;
   for (auto& f : fresh) batch->staged.push_back(std::move(f));

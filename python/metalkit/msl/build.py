@@ -336,7 +336,8 @@ def _compile(tc, opts: Options, key: str, kernels) -> cache.Entry:
         if missing:
             raise CompileError(f"kernels=: no kernel named {missing[0]!r} in {opts.filename}; check the name "
                                "(a template is named by its host_name instantiations)", filename=opts.filename)
-        text = result.text + "\n" + codegen.launchers(result.kernels, result.structs)
+        text = result.text + "\n" + codegen.launchers(result.kernels, result.structs,
+                                                      checked=opts.execution == "checked")
         label = opts.filename if kernels is None or len(kernels) != 1 else f"{opts.filename} ({kernels[0]})"
         with _status_line(f"compiling {label}"):
             out = _codegen(tc, opts, text, src_name, tmp)
@@ -360,28 +361,30 @@ def _codegen(tc, opts: Options, text: str, src_name: str, tmp: Path) -> Path:
     they can be had (msl/pch.py), else, or if that fails, the whole text as it is."""
     module, out = tmp / "module.cpp", tmp / "module.so"
     parts = pch.split(text, src_name) if pch.ENABLED else None
-    header = pch.header(tc, opts.fast_math, parts[0]) if parts else None
+    checked = opts.execution == "checked"
+    header = pch.header(tc, opts.fast_math, parts[0], checked) if parts else None
     if header is not None:
         module.write_text(parts[1])
         if _against(tc, opts, header, module, out):
             return out
     module.write_text(text)
-    _run(tc.compile(str(module), str(out), opts.fast_math), opts.source, opts.filename)
+    _run(tc.compile(str(module), str(out), opts.fast_math, checked=checked), opts.source, opts.filename)
     if header is not None:  # the whole text compiles, so the header was at fault
-        pch.refuse(tc, opts.fast_math, parts[0])
+        pch.refuse(tc, opts.fast_math, parts[0], checked)
     return out
 
 
 def _against(tc, opts: Options, header: Path, module: Path, out: Path) -> bool:
     """Whether ``module`` compiled against ``header``: with zig, by the commands zig_direct.py
     recorded for the header (recording them the first time), else by the compiler's driver."""
+    checked = opts.execution == "checked"
     direct = zig_direct.commands(header, str(module), str(module.with_suffix(".o")), str(out)) \
         if tc.kind == "zig" else None
     if direct is not None and all(toolchain.run(cmd).returncode == 0 for cmd in direct):
         return True
     if tc.kind == "zig" and direct is None and zig_direct.may_record(header):
-        return zig_direct.compile_and_record(tc, header, str(module), str(out), opts.fast_math)
-    built = toolchain.run(tc.compile(str(module), str(out), opts.fast_math, str(header))).returncode == 0
+        return zig_direct.compile_and_record(tc, header, str(module), str(out), opts.fast_math, checked)
+    built = toolchain.run(tc.compile(str(module), str(out), opts.fast_math, str(header), checked)).returncode == 0
     if built and direct is not None:  # zig's driver built what the recorded commands did not
         zig_direct.drop(header)
     return built

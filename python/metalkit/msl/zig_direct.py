@@ -49,10 +49,11 @@ def may_record(header: Path) -> bool:
     return first
 
 
-def compile_and_record(tc: toolchain.Toolchain, header: Path, source: str, output: str, fast_math: bool) -> bool:
+def compile_and_record(tc: toolchain.Toolchain, header: Path, source: str, output: str, fast_math: bool,
+                       checked: bool = False) -> bool:
     """``zig c++`` of ``source`` against ``header`` into ``output`` (True if it compiled), reading
     and checking its commands on the way."""
-    proc = toolchain.run(tc.compile(source, output, fast_math, str(header)) + ["-v"])
+    proc = toolchain.run(tc.compile(source, output, fast_math, str(header), checked) + ["-v"])
     if proc.returncode != 0:
         return False
     with contextlib.suppress(OSError):
