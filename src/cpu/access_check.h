@@ -5,7 +5,10 @@
 // keeps its last write and last read, stamped with the thread and the barrier interval
 // ("epoch") they happened in: two accesses of one interval by different threads, one a write,
 // not both atomic, are a race; a read of a byte no thread of this threadgroup wrote is
-// uninitialised. Findings are counted per kind and pair of instructions, one report each.
+// uninitialised. Device memory the kernel may write keeps, per byte, the threadgroup that last
+// wrote and last read it: threadgroups are not ordered within a dispatch, so two of them
+// touching one byte, one writing, not both atomically, race. Findings are counted per kind and
+// pair of instructions, one report each.
 #pragma once
 #include <cstdint>
 #include <map>
@@ -28,6 +31,9 @@ struct Finding {
   Hazard kind;
   bool lockstep;             // both threads in one SIMD-group: ordered on the GPU by lockstep alone
   uintptr_t first_pc, second_pc;
+  bool on_device = false;    // device memory (else threadgroup memory)
+  bool between_groups = false;  // two threadgroups (first_group: the other one), else two threads of one
+  unsigned first_group[3] = {0, 0, 0};
   uint64_t count = 0;         // accesses (an access of several bytes counts once)
   uint64_t last_access = 0;  // which access counted last
   unsigned group[3] = {0, 0, 0};
@@ -37,13 +43,33 @@ struct Finding {
   uint64_t lo = 0, hi = 0;   // byte offsets within it, first seen .. last seen
 };
 
-// What the chunks of one dispatch found, merged.
+// A device buffer the kernel may write, watched for races between threadgroups.
+struct WatchedBuffer {
+  uintptr_t data;
+  uint64_t size;
+  uint64_t elem_size;
+  std::string name;
+};
+
+// One dispatch's access checks: the device buffers watched (shared by its chunks) and what the
+// chunks found, merged.
 class AccessReport {
  public:
+  // `code_base`: the module's lowest code address (instructions are kept as 32-bit offsets from it).
+  AccessReport(std::vector<WatchedBuffer> buffers, const unsigned* ngroups, uintptr_t code_base);
+  ~AccessReport();
+  AccessReport(const AccessReport&) = delete;
+  AccessReport& operator=(const AccessReport&) = delete;
   void merge(std::vector<Finding>& found);
   std::vector<Finding> findings() const;
 
+  struct Device;  // a watched buffer and its cells
+  std::vector<Device>& devices() { return devices_; }
+  unsigned ngroups[3];
+  uintptr_t code_base;
+
  private:
+  std::vector<Device> devices_;
   mutable std::mutex lock_;
   std::map<std::tuple<int, bool, uintptr_t, uintptr_t>, Finding> found_;
 };

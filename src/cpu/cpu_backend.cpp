@@ -388,7 +388,14 @@ class CpuKernel : public KernelImpl {
     } stopper;
     const StopPoint stop{&stopper.flag, *mod_};
     std::atomic<uint64_t> done{0};  // groups of the chunks that completed
-    AccessReport report;
+    // Device buffers the kernel may write are watched for races between threadgroups.
+    std::vector<WatchedBuffer> watched;
+    if (l.checks & (kCheckRaces | kCheckLockstep))
+      for (size_t i = 0; i < l.args.size(); ++i)
+        if (spec_.args[i].kind == ArgKind::Buffer && spec_.args[i].writable && l.args[i].data && !l.args[i].none)
+          watched.push_back({reinterpret_cast<uintptr_t>(l.args[i].data), l.args[i].nbytes,
+                             spec_.args[i].elem_size, spec_.args[i].name});
+    AccessReport report(std::move(watched), d.ngroups, mod_->code_lo);
     Watch watch(l.limits, stopper, t0);
     ThreadPool::instance().run(groups, chunk, [&](uint64_t first, uint64_t last) {
       if (failed.load(std::memory_order_relaxed) || stopper.flag.load(std::memory_order_relaxed)) return false;
