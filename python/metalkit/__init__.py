@@ -23,8 +23,8 @@ from .arrays import asarray, empty, zeros
 from .bundled import kernels, run
 from .custom_kernel import CustomKernel, metal_kernel
 from .execution import Execution
-from .errors import (ArgumentError, CacheError, CompileError, DeviceError, DispatchError, KernelFault, KernelNotFound,
-                     MetalkitError, MetalkitWarning)
+from .errors import (ArgumentError, CacheError, CheckWarning, CompileError, DeviceError, DispatchError, KernelFault,
+                     KernelNotFound, MetalkitError, MetalkitWarning)
 from .library import Library, compile, load
 
 if TYPE_CHECKING:
@@ -33,8 +33,9 @@ if TYPE_CHECKING:
 __version__ = "0.1.0"
 
 __all__ = [
-    "ArgSpec", "ArgumentError", "Batch", "CacheError", "CompileError", "CustomKernel", "DeviceError", "DeviceInfo",
-    "DispatchError", "Execution", "Kernel", "KernelFault", "KernelNotFound", "Library", "MetalkitError", "MetalkitWarning", "asarray",
+    "ArgSpec", "ArgumentError", "Batch", "CacheError", "CheckWarning", "CompileError", "CustomKernel", "DeviceError",
+    "DeviceInfo", "DispatchError", "Execution", "Kernel", "KernelFault", "KernelNotFound", "Library", "MetalkitError",
+    "MetalkitWarning", "asarray",
     "batch", "compile", "device", "empty", "kernels", "load", "metal_kernel", "run", "use", "zeros",
 ]
 

@@ -1,7 +1,7 @@
 """Type stubs for metalkit's compiled core (``metalkit._core``); tests/test_stub.py checks they match it."""
 import sys
 from types import ModuleType, TracebackType
-from typing import Any, Mapping, Optional, Sequence, Union
+from typing import Any, Callable, Iterable, Mapping, Optional, Sequence, Union
 
 from ._argspec import ArgSpec
 from .execution import Execution
@@ -21,7 +21,7 @@ class Kernel:
     """A compiled compute kernel; calling it runs the kernel and waits (see ``__call__``)."""
     def __call__(self, *args: Any, grid: Optional[_Dims] = None, threadgroups: Optional[_Dims] = None,
                  threadgroup: Optional[_Dims] = None, threadgroup_memory: Optional[Mapping[int, int]] = None,
-                 check: Optional[bool] = None, shuffle: Optional[int] = None, timeout: Optional[float] = None,
+                 check: Union[bool, str, Iterable[str], None] = None, shuffle: Optional[int] = None, timeout: Optional[float] = None,
                  **params: Any) -> None:
         """Run and wait: ``grid``/``threadgroups``/``threadgroup`` are (x, y, z) = (width, height, depth);
         ``check``, ``shuffle`` and ``timeout`` are the CPU simulator's (defaults: METALKIT_CHECK,
@@ -55,6 +55,9 @@ class Kernel:
     def signature(self) -> str: ...
     @property
     def location(self) -> tuple[str, int]: ...
+    # Builds this kernel checked (every access recorded) for check= races, uninit, lockstep; set by
+    # metalkit.Library (None: the kernel has no source to build from).
+    _checked_factory: Optional[Callable[[], Kernel]]
 
 class Batch:
     """What ``metalkit.batch()`` returns: a context manager that queues the kernel calls

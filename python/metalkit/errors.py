@@ -67,3 +67,8 @@ class CacheError(MetalkitError, OSError):
 
 class MetalkitWarning(UserWarning):
     """Something metalkit worked around, such as a kernel cache it could not write."""
+
+
+class CheckWarning(MetalkitWarning):
+    """A finding of ``check=`` reported as a warning: code that relies on SIMD-group lockstep, or any
+    finding under ``check="...,warn"``."""

@@ -1,6 +1,7 @@
 """Compiling MSL into a Library of Kernels."""
 from __future__ import annotations
 
+import functools
 import os
 import threading
 from pathlib import Path
@@ -46,12 +47,13 @@ class Library:
     """
 
     def __init__(self, core: Any, filename: str, backend: str, constants: Constants | None = None,
-                 rebuild: Callable[..., "Library"] | None = None):
+                 rebuild: Callable[..., "Library"] | None = None, checked: Callable[[str], Any] | None = None):
         self._core = core
         self.filename = filename
         self.backend = backend
         self.constants = dict(constants or {})
         self._rebuild = rebuild  # the same source and options with other constants
+        self._checked = checked  # a kernel's checked build, by name (check= races, uninit, lockstep)
 
     def specialize(self, name: str, constants: Constants) -> "Kernel":
         """Kernel ``name`` with function constants bound for it alone, on top of the library's.
@@ -85,6 +87,8 @@ class Library:
             raise KernelNotFound(f"no kernel named {name!r} in {self.filename}; it has: "
                                  f"{', '.join(self.kernels) or 'none'}; check the name (a template kernel is named "
                                  "by its host_name instantiations)")
+        if self._checked is not None and k._checked_factory is None:
+            k._checked_factory = functools.partial(self._checked, name)
         return k
 
     def __getattr__(self, name: str) -> "Kernel":
@@ -234,9 +238,10 @@ def compile(source: str, *, filename: str = "<source>", include_dirs: Iterable[s
             path, names, tag = msl_build.plan(*options)
         else:
             path, names, tag = msl_build.build(*options, only), [], ""
+        checked = functools.partial(_checked_kernel, options)
         if path is None:  # a large file: each kernel is compiled when it is first used
             return _libraries.get_or_make(key + ("lazy", tag), lambda: Library(
-                _LazyCore(filename, names, options), filename, backend, consts, rebuild))
+                _LazyCore(filename, names, options), filename, backend, consts, rebuild, checked))
         lib = _libraries.get(key + (path,))
         if lib is None:
             try:
@@ -244,7 +249,8 @@ def compile(source: str, *, filename: str = "<source>", include_dirs: Iterable[s
             except RuntimeError:  # verified, yet it does not load here (another system's libc...): build afresh
                 path = msl_build.build(*options, only, rebuild=True)
                 core = _load_fresh(path, filename)
-            lib = _libraries.get_or_make(key + (path,), lambda: Library(core, filename, backend, consts, rebuild))
+            lib = _libraries.get_or_make(key + (path,), lambda: Library(core, filename, backend, consts, rebuild,
+                                                                        checked))
         return lib
     from . import _metal
     from .msl.defines import define_lines
@@ -258,6 +264,18 @@ def compile(source: str, *, filename: str = "<source>", include_dirs: Iterable[s
         raise CompileError(f"kernels=: no kernel named {missing[0]!r} in {filename}; check the name "
                            "(a template is named by its host_name instantiations)", filename=filename)
     return lib
+
+
+def _checked_kernel(options: tuple, name: str) -> Any:
+    """Kernel ``name`` of the source and options ``options`` (msl.build.build's), built checked:
+    every thread its own fiber and every memory access told to the runtime (check= races, uninit,
+    lockstep)."""
+    from .msl import build as msl_build
+    try:
+        path = msl_build.build(*options[:-1], "checked", [name])
+    except CompileError as e:
+        raise e.reworded(f"kernel {name!r}, built for check=: {e.msg}") from None
+    return _load(path).kernel(name)
 
 
 def _check_constants(constants: Constants) -> None:

@@ -29,8 +29,9 @@ passed), then keyword arguments by parameter name (``kernel(x, out=y)``);
   giving their size.
 - ``threadgroup=(x, y, z)``: threads per threadgroup (default: up to 256 along x).
 - ``threadgroup_memory={index: nbytes}``: sizes of ``[[threadgroup(index)]]`` buffers.
-- ``check=``, ``shuffle=``: the CPU simulator's bounds checks and shuffled
-  thread order (defaults: ``METALKIT_CHECK``, ``METALKIT_SHUFFLE``).
+- ``check=``, ``shuffle=``: the CPU simulator's checks (``True``: bounds and
+  barriers; ``"all"``: also races, uninitialised reads and reliance on lockstep)
+  and shuffled thread order (defaults: ``METALKIT_CHECK``, ``METALKIT_SHUFFLE``).
 - ``timeout=``: a time limit (default on the CPU simulator: ``METALKIT_TIMEOUT``;
   on Metal it ends the wait, and the GPU finishes the work).
 
@@ -129,12 +130,24 @@ Keywords (None, the default of each, means "use the default" below):
     parameter; every such parameter needs one. Each size is rounded up to 16
     bytes and the total is at most 32768 (Metal's limit). Default: none (a
     kernel without such parameters). All backends.
-``check``: bool
-    CPU simulator only: run every array on a copy ending right below an
-    inaccessible page, so an index past its end raises ``KernelFault`` naming
-    the parameter, the element and the thread, and the caller's arrays are
-    left untouched. Default: ``METALKIT_CHECK`` (set and not ``0``: on), read
-    at the first call. On Metal, ``check=True`` raises ``DispatchError``: use
+``check``: bool, str or list of str
+    CPU simulator only. ``True`` runs the cheap checks: every array on a
+    copy ending right below an inaccessible page, so an index past its end
+    raises ``KernelFault`` naming the parameter, the element and the thread
+    (the caller's arrays are left untouched), and a barrier not reached by
+    every thread at one site is a divergent barrier. ``"all"`` adds the
+    access checks, which run the kernel's checked build (compiled on first
+    use; every thread its own fiber, every memory access recorded): data
+    races in threadgroup memory, reads of threadgroup memory no thread of the
+    threadgroup wrote, and hazards between lanes of one SIMD-group that only
+    lockstep orders. Checks can be named one by one, as a list or a string
+    split by commas: ``bounds``, ``barriers``, ``races``, ``uninit``,
+    ``lockstep``; ``warn`` makes the access checks' findings
+    ``metalkit.CheckWarning`` warnings instead of one ``KernelFault``. Each
+    finding is reported once per pair of lines, with the threads, the memory
+    and how often it happened; reliance on lockstep is always a warning.
+    Default: ``METALKIT_CHECK`` (the same words; ``1``: ``True``), read at
+    the first call. On Metal a check raises ``DispatchError``: use
     ``METALKIT_VALIDATE=1`` for Apple's shader validation there.
 ``shuffle``: int seed
     CPU simulator only: run the threads (and SIMD-groups) of each threadgroup

@@ -9,6 +9,7 @@
 #include "py_attr.h"
 #include "buffer.h"
 #include "call_args.h"
+#include "check_option.h"
 #include "convert.h"
 #include "foreign.h"
 #include "py_batch.h"
@@ -120,6 +121,16 @@ uint32_t shuffle_seed(const std::string& kernel, py::handle v) {
   return *x == 0 ? 0u : (uint32_t(*x) ? uint32_t(*x) : 1u);
 }
 
+// What the call's checks found that is a warning, not a fault (check_warnings()), as CheckWarning.
+void warn_findings() {
+  std::vector<std::string> found;
+  found.swap(check_warnings());
+  if (found.empty()) return;
+  py::object& category = MK_PY_ATTR("metalkit.errors", "CheckWarning");
+  for (const std::string& w : found)
+    if (PyErr_WarnEx(category.ptr(), w.c_str(), 1) != 0) throw py::error_already_set();
+}
+
 }  // namespace
 
 void init_call_path() {
@@ -131,7 +142,7 @@ DebugDefaults& debug_defaults() {
   static DebugDefaults d = [] {
     DebugDefaults out;
     const char* c = std::getenv("METALKIT_CHECK");
-    out.check = c && *c && std::string(c) != "0";
+    out.checks = c ? parse_checks("METALKIT_CHECK ", std::string(c)) : 0;
     const char* s = std::getenv("METALKIT_SHUFFLE");
     if (s && *s && std::string(s) != "0") out.shuffle = uint32_t(std::strtoul(s, nullptr, 10)) ?: 1u;
     return out;
@@ -290,11 +301,21 @@ void set_allocation(BoundArg& b, py::handle array) {
 
 }  // namespace
 
+std::shared_ptr<KernelImpl> PyKernel::checked_impl(const std::string& kernel) {
+  if (checked_) return checked_;
+  if (!checked_factory || checked_factory.is_none())
+    throw DispatchError(kernel_prefix(kernel) + "check= races, uninit and lockstep need the kernel's source to build "
+                        "it checked; get the kernel from metalkit.compile or metalkit.load");
+  py::object k = checked_factory();
+  checked_ = k.cast<PyKernel&>().impl_;
+  return checked_;
+}
+
 // The call's own keywords, read; everything else is a parameter by name.
 struct PyKernel::Options {
   GeometryRequest geometry;
   py::handle tgmem;
-  bool check = debug_defaults().check;
+  uint32_t checks = debug_defaults().checks;
   uint32_t shuffle = debug_defaults().shuffle;
   std::optional<double> timeout;
   NamedArgs named;
@@ -303,6 +324,7 @@ struct PyKernel::Options {
 // One call's state, from its checked arguments to the launch.
 struct PyKernel::Call {
   Launch launch;
+  std::shared_ptr<KernelImpl> run;  // what runs it: the kernel, or its checked build (check= accesses)
   std::vector<ArrayArg> arrays;
   std::vector<py::object> made;     // arrays this call made from its arguments (a numpy.void, a checked None)
   std::vector<py::object> foreign;  // numpy views of the call's non-numpy arrays (torch tensors, memoryviews)
@@ -329,11 +351,7 @@ PyKernel::Options PyKernel::read_keywords(py::kwargs kwargs) const {
     } else if (key == "threadgroup_memory") {
       o.tgmem = item.second;
     } else if (key == "check") {  // None: the METALKIT_CHECK default
-      if (!item.second.is_none()) {
-        if (!PyBool_Check(item.second.ptr()))
-          throw ArgumentError(kernel_prefix(name) + "check= takes True or False (or None for METALKIT_CHECK)");
-        o.check = item.second.ptr() == Py_True;
-      }
+      if (!item.second.is_none()) o.checks = parse_checks(name, item.second);
     } else if (key == "shuffle") {  // None: the METALKIT_SHUFFLE default; 0: in order
       if (!item.second.is_none()) o.shuffle = shuffle_seed(name, item.second);
     } else if (key == "timeout") {
@@ -346,8 +364,8 @@ PyKernel::Options PyKernel::read_keywords(py::kwargs kwargs) const {
 }
 
 // 1. Every argument checked and bound (scalars converted into `scratch`). Nothing is
-// copied, queued or run before all pass.
-void PyKernel::bind_arguments(const std::vector<py::handle>& values, bool check, unsigned char* scratch,
+// copied, queued or run before all pass. `bounds`: check= bounds (guarded copies).
+void PyKernel::bind_arguments(const std::vector<py::handle>& values, bool bounds, unsigned char* scratch,
                               Call& c) const {
   const KernelSpec& sp = spec();
   c.launch.args.resize(sp.args.size());
@@ -367,7 +385,7 @@ void PyKernel::bind_arguments(const std::vector<py::handle>& values, bool check,
       // A buffer the kernel does not read: unbound (a null pointer; nil on Metal). Checked
       // mode gives it no bytes between guards, so a read names the parameter.
       b.none = true;
-      if (check) {
+      if (bounds) {
         c.made.push_back(MK_PY_ATTR("numpy", "empty")(0, "uint8"));
         c.arrays.push_back({slot.param, c.made.back(), true, {}});
       }
@@ -492,7 +510,7 @@ void PyKernel::stage_arrays(Call& c) const {
         }
     if (!copy) {
       py::object& stage = MK_PY_ATTR("metalkit._staging", "stage");
-      copy = stage(py::reinterpret_borrow<py::array>(x.obj), c.launch.checked ? s.elem_align : 0);
+      copy = stage(py::reinterpret_borrow<py::array>(x.obj), c.launch.checks & kCheckBounds ? s.elem_align : 0);
       c.fresh.push_back({x.use.layout, py::reinterpret_borrow<py::object>(x.obj), copy, s.writable});
     }
     BoundArg& b = c.launch.args[x.param];
@@ -523,7 +541,7 @@ void PyKernel::run_now(Call& c) const {
   };
   try {
     py::gil_scoped_release nogil;
-    impl_->dispatch(launch);
+    c.run->dispatch(launch);
   } catch (const Interrupted& e) {
     keep_running(e.running);
     // Python's SIGINT handler runs now, at the call (KeyboardInterrupt by default). One
@@ -547,7 +565,8 @@ void PyKernel::run_now(Call& c) const {
     for (auto& st : c.fresh)
       if (st.copy_back) copyto(st.original, st.copy);
   }
-  if (c.batch) c.batch->ran(*impl_);
+  if (c.batch) c.batch->ran(*c.run);
+  warn_findings();
 }
 
 // 4b. Queued in the batch: what it uses stays alive, and staged results come back, when
@@ -563,12 +582,12 @@ void PyKernel::enqueue(Call& c) const {
     py::gil_scoped_release nogil;
     if (c.emulate) {
       if (!batch.encoding) batch.encoding = std::make_unique<HostQueue>();
-      static_cast<HostQueue&>(*batch.encoding).add(impl_, launch);
+      static_cast<HostQueue&>(*batch.encoding).add(c.run, launch);
     } else {
-      impl_->enqueue(launch, batch);
+      c.run->enqueue(launch, batch);
     }
   }
-  batch.queued(impl_, c.uses);
+  batch.queued(c.run, c.uses);
   for (ArrayArg& x : c.arrays) batch.keep_alive.push_back(py::reinterpret_borrow<py::object>(x.obj));
   for (size_t k : c.shared) batch.staged[k].copy_back = true;
   for (auto& f : c.fresh) batch.staged.push_back(std::move(f));
@@ -591,19 +610,22 @@ py::object PyKernel::call(py::args args, py::kwargs kwargs) {
     scratch = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(heap.data()) + a - 1) / a * a);
   }
   Call c;
-  bind_arguments(values, o.check, scratch, c);
+  bind_arguments(values, o.checks & kCheckBounds, scratch, c);
   size_threadgroup_memory(o.tgmem, c.launch);
   c.launch.geometry = plan_geometry(sp, o.geometry, default_grid_, c.counts);
   c.launch.limits = plan_run_limits(sp.name, o.timeout, impl_->defers(), PyThread_get_thread_ident() == g_main_thread);
   if (c.launch.geometry.empty()) return py::none();
-  if ((o.check || o.shuffle) && impl_->defers())
+  if ((o.checks || o.shuffle) && impl_->defers())
     throw DispatchError(kernel_prefix(sp.name) + "check= and shuffle= are CPU simulator options; on Metal use "
                         "METALKIT_VALIDATE=1 for Apple's shader validation");
   c.launch.shuffle_seed = o.shuffle;
-  c.launch.checked = o.check;
+  c.launch.checks = o.checks;
+  // The access checks run the kernel's checked build: every thread its own fiber, every access recorded.
+  c.run = o.checks & kCheckAccesses ? checked_impl(sp.name) : impl_;
+  check_warnings().clear();
   // Checked mode: every array runs on a copy between inaccessible pages, so an
   // out-of-bounds index faults at once and the caller's arrays stay untouched.
-  if (o.check)
+  if (o.checks & kCheckBounds)
     for (ArrayArg& x : c.arrays) x.stage = true;
 
   if (!join_batch(c)) return py::none();

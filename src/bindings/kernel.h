@@ -15,9 +15,9 @@ namespace mk {
 void init_call_path();
 
 // The CPU simulator's debug options when a call does not give them:
-// METALKIT_CHECK=1 (guarded copies) and METALKIT_SHUFFLE=<seed>, read once.
+// METALKIT_CHECK (check_option.h) and METALKIT_SHUFFLE=<seed>, read once.
 struct DebugDefaults {
-  bool check = false;
+  uint32_t checks = 0;
   uint32_t shuffle = 0;
 };
 DebugDefaults& debug_defaults();
@@ -30,6 +30,9 @@ class PyKernel {
   double last_gpu_time() const { return impl_->last_gpu_time(); }
   pybind11::list arg_specs() const;
   std::string signature() const;
+  // check="races"/"uninit"/"lockstep" run the kernel's checked build (every access recorded):
+  // `factory()` returns it as a Kernel, built on first use (metalkit.library sets it).
+  pybind11::object checked_factory = pybind11::none();
 
  private:
   // One positional argument of the Python call.
@@ -46,14 +49,18 @@ class PyKernel {
   struct Options;
   struct Call;
   Options read_keywords(pybind11::kwargs kwargs) const;
-  void bind_arguments(const std::vector<pybind11::handle>& values, bool check, unsigned char* scratch, Call& c) const;
+  void bind_arguments(const std::vector<pybind11::handle>& values, bool bounds, unsigned char* scratch, Call& c) const;
   void size_threadgroup_memory(pybind11::handle tgmem, Launch& launch) const;
   bool join_batch(Call& c) const;
   void stage_arrays(Call& c) const;
   void run_now(Call& c) const;
   void enqueue(Call& c) const;
 
+  // The kernel's checked build, made by checked_factory on first use.
+  std::shared_ptr<KernelImpl> checked_impl(const std::string& kernel);
+
   std::shared_ptr<KernelImpl> impl_;
+  std::shared_ptr<KernelImpl> checked_;
   std::vector<pybind11::object> dtypes_;  // per parameter: numpy dtype of its elements (None: builtins, unknown structs)
   DefaultGridRule default_grid_;  // whether a call may leave the grid out
   std::vector<Slot> slots_;    // ordered by buffer index

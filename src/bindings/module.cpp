@@ -119,6 +119,8 @@ PYBIND11_MODULE(_core, m) {
       .def_property_readonly("signature", &PyKernel::signature, docs::kSignature)
       .def_property_readonly("location", [](const PyKernel& k) { return py::make_tuple(k.spec().file, k.spec().line); },
                              docs::kLocation)
+      .def_readwrite("_checked_factory", &PyKernel::checked_factory,
+                     "Builds this kernel checked (every access recorded) for check= races, uninit, lockstep.")
       .def("__repr__", [](const PyKernel& k) { return "<metalkit.Kernel " + k.signature() + ">"; });
 
   py::class_<PyLibrary, std::shared_ptr<PyLibrary>>(m, "Library",

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "arg_spec.h"
+#include "checks.h"
 #include "geometry.h"
 #include "run_limits.h"
 
@@ -51,7 +52,7 @@ struct Launch {
   std::vector<BoundArg> args;      // one per parameter (builtins unused)
   uint64_t tg_bytes = 0;           // dynamic threadgroup memory per group
   uint32_t shuffle_seed = 0;       // CPU simulator: run fibers in a shuffled order (0: in order)
-  bool checked = false;            // CPU simulator: check=True (guarded arrays and threadgroup slots)
+  uint32_t checks = 0;             // CPU simulator: check= (checks.h)
   RunLimits limits;                // what may stop it before it completes (a backend that defers: none)
 };
 

@@ -16,6 +16,7 @@
 
 #include "../core/errors.h"
 #include "../core/watchdog.h"
+#include "access_check.h"
 #include "fault.h"
 #include "scheduler.h"
 #include "fiber.h"
@@ -213,12 +214,19 @@ struct StopPoint {
 // went wrong, with where (an empty `what` if nothing did); *stopped: the
 // dispatch was stopped in them.
 Fault run_trapped(const mk_kernel_info& k, const mk_dispatch& d, uint64_t first, uint64_t last, uint32_t seed,
-                  const KernelSpec& spec, const Launch& l, const CheckedSlots* checked, const StopPoint& stop,
-                  bool* stopped) {
+                  const KernelSpec& spec, const Launch& l, const CheckedSlots* checked, AccessReport* report,
+                  const StopPoint& stop, bool* stopped) {
   char* arena = checked ? checked_threadgroup_arena(checked->sizes, checked->offsets) : tg_arena();
   prepare_fault_handling();
   set_shuffle_seed(seed);
-  set_strict_barriers(l.checked);
+  set_strict_barriers(l.checks & kCheckBarriers);
+  std::vector<CheckedMemory> slots;
+  if (l.checks & kCheckAccesses)
+    for (size_t i = 0; i < spec.args.size(); ++i)
+      if (spec.args[i].kind == ArgKind::Threadgroup && l.args[i].nbytes)
+        slots.push_back({reinterpret_cast<uintptr_t>(arena) + reinterpret_cast<uintptr_t>(d.args[i]), l.args[i].nbytes,
+                         std::max<uint64_t>(1, spec.args[i].elem_size), spec.args[i].name});
+  AccessScope scope(l.checks & kCheckAccesses ? l.checks : 0, report, std::move(slots));
   FaultTrap trap;
   trap.message.reserve(256);
   trap.stop = stop.flag;
@@ -377,7 +385,7 @@ class CpuKernel : public KernelImpl {
     // Checked mode: each threadgroup slot between guards (guarded.h), not packed in the arena.
     CheckedSlots checked;
     for (size_t i = 0; i < l.args.size(); ++i)
-      if (l.checked && spec_.args[i].kind == ArgKind::Threadgroup) {
+      if ((l.checks & kCheckBounds) && spec_.args[i].kind == ArgKind::Threadgroup) {
         checked.sizes.push_back(l.args[i].nbytes);
         checked.aligns.push_back(spec_.args[i].elem_align);
       }
@@ -414,13 +422,21 @@ class CpuKernel : public KernelImpl {
     } stopper;
     const StopPoint stop{&stopper.flag, *mod_};
     std::atomic<uint64_t> done{0};  // groups of the chunks that completed
+    // Device buffers the kernel may write are watched for races between threadgroups.
+    std::vector<WatchedBuffer> watched;
+    if (l.checks & (kCheckRaces | kCheckLockstep))
+      for (size_t i = 0; i < l.args.size(); ++i)
+        if (spec_.args[i].kind == ArgKind::Buffer && spec_.args[i].writable && l.args[i].data && !l.args[i].none)
+          watched.push_back({reinterpret_cast<uintptr_t>(l.args[i].data), l.args[i].nbytes,
+                             spec_.args[i].elem_size, spec_.args[i].name});
+    AccessReport report(std::move(watched), d.ngroups, mod_->code_lo);
     Watch watch(l.limits, stopper, t0);
     ThreadPool::instance().run(groups, chunk, [&](uint64_t first, uint64_t last) {
       if (failed.load(std::memory_order_relaxed) || stopper.flag.load(std::memory_order_relaxed)) return false;
       Fault why;
       bool stopped = false;
       try {
-        why = run_trapped(info_, d, first, last, seed, spec_, l, slots_checked, stop, &stopped);
+        why = run_trapped(info_, d, first, last, seed, spec_, l, slots_checked, &report, stop, &stopped);
       } catch (const std::exception& e) {  // the pool's work must not throw: make it this call's fault
         bool overflow;
         abandon_group(0, &overflow);
@@ -444,13 +460,34 @@ class CpuKernel : public KernelImpl {
       if (why == StopReason::Interrupt) throw Interrupted(msg);
       throw KernelFault(msg);
     }
-    if (!failed) return;
+    if (!failed) return report_findings(report.findings(), l.checks);
     const std::string line = source_line(fault.pc, info_);
     throw KernelFault(kernel_label(spec_.name) + " (" + spec_.file + ":" + std::to_string(spec_.line) + "): " +
                       fault.what + (line.empty() ? "" : ", at " + line) + fault.advice);
   }
 
  private:
+  // What the access checks found: races and uninitialised reads raise one KernelFault listing
+  // them (warnings under check="warn"); reliance on lockstep is always a warning.
+  void report_findings(const std::vector<Finding>& found, uint32_t checks) const {
+    if (found.empty()) return;
+    auto line = [](uintptr_t pc, const void* k) { return source_line(pc, *static_cast<const mk_kernel_info*>(k)); };
+    const std::string head = kernel_label(spec_.name) + " (" + spec_.file + ":" + std::to_string(spec_.line) + "): ";
+    std::vector<std::string> errors;
+    for (const Finding& f : found) {
+      std::string text = describe(f, line, &info_);
+      if (f.lockstep || (checks & kCheckWarn))
+        check_warnings().push_back(head + text);
+      else
+        errors.push_back(std::move(text));
+    }
+    if (errors.empty()) return;
+    std::string msg = head + (errors.size() == 1 ? errors[0] : std::to_string(errors.size()) + " problems found:");
+    if (errors.size() > 1)
+      for (const std::string& e : errors) msg += "\n- " + e;
+    throw KernelFault(msg);
+  }
+
   std::shared_ptr<Module> mod_;
   mk_kernel_info info_;
 };

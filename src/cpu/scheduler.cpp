@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "access_check.h"
 #include "fault.h"
 #include "fiber.h"
 
@@ -58,6 +59,7 @@ struct Group {
   bool strict = false;            // check=: a barrier not reached by whole SIMD-groups at one site is a fault
   uint32_t shuffle_seed = 0;
   std::string fault;              // set by a fiber that asks the scheduler to raise a fault
+  RunningFiber now;               // epochs kept here; the rest filled in when asked for
 };
 
 // Not inlined: callers keep the reference, where an inlined thread_local would be looked up
@@ -84,6 +86,7 @@ int next_round(Group& g) {
     if (!lead) lead = &f;
   }
   if (!lead) return -1;
+  ++g.now.epoch;
   for (unsigned i = 0; i < g.n; ++i)
     if (g.fibers[i].state == State::AtBarrier) g.fibers[i].state = State::Ready;
   shuffle_order(g, g.round++);
@@ -265,6 +268,7 @@ void resolve_barrier(Group& g) {
     }
     if (live && !lead) return;  // a SIMD-group that has not arrived: nothing to release
   }
+  ++g.now.epoch;
   for (unsigned first = 0; first < g.n; first += per) {
     const unsigned last = std::min(g.n, first + per);
     const Fiber* lead = nullptr;
@@ -307,6 +311,7 @@ void resolve_strict_barrier(Group& g) {
                 where(other->file, other->line) + " (threads " + thread_list(thread_ids(elsewhere)) +
                 "); every thread of a threadgroup must reach the same barrier");
   }
+  ++g.now.epoch;
   for (unsigned i = 0; i < g.n; ++i)
     if (g.fibers[i].state == State::AtBarrier) g.fibers[i].state = State::Ready;
 }
@@ -332,6 +337,7 @@ void run_fibers(mk_thread_fn fn, mk_simt_fn simt_fn, void* ctx, const unsigned* 
     g.pos[i] = position[i];
     g.size[i] = size[i];
   }
+  g.now.group_epoch = ++g.now.epoch;
   g.fn = fn;
   g.simt_fn = simt_fn;
   g.ctx = ctx;
@@ -462,11 +468,20 @@ void rt_simt_diverged(unsigned sg, unsigned missing, const char* file, int line)
 
 const mk_runtime runtime = {MK_ABI_VERSION,    run_group,      rt_barrier,       rt_simd_barrier,
                             rt_simd_exchange,  rt_fault,       run_simt_group,   rt_simt_diverged,
-                            rt_simt_barrier};
+                            rt_simt_barrier,   rt_access,      rt_threadgroup_variable,
+                            rt_atomic};
 
 }  // namespace
 
 const mk_runtime* cpu_runtime() { return &runtime; }
+
+const RunningFiber& running_fiber() {
+  Group& g = group();
+  g.now.running = g.running;
+  g.now.index = g.current;
+  std::copy(g.pos, g.pos + 3, g.now.pos);
+  return g.now;
+}
 
 void set_shuffle_seed(uint32_t seed) { group().shuffle_seed = seed; }
 

@@ -21,6 +21,19 @@ void set_shuffle_seed(uint32_t seed);
 // reach the same barrier, else the dispatch faults naming the sites. Set per dispatch.
 void set_strict_barriers(bool strict);
 
+// The fiber running on this OS thread, for the access checks (access_check.h): its index (a
+// thread's linear index in its group when fibers are threads), its threadgroup, and the barrier
+// interval it is in. Epochs grow on each OS thread: each group and each completed barrier
+// begins a new one, so an access stamped with an older epoch than the group's first is from
+// another group.
+struct RunningFiber {
+  bool running = false;
+  unsigned index = 0;
+  unsigned pos[3] = {0, 0, 0};
+  uint32_t epoch = 0, group_epoch = 0;
+};
+const RunningFiber& running_fiber();
+
 // After a fault's jump: the group that faulted, described for the message
 // ("threadgroup (1, 0, 0), thread 37 (5, 1, 0)", "" if no fibers ran), and
 // the scheduler made ready for the next group. addr: the faulting address, to

@@ -317,7 +317,8 @@ def _compile(tc, opts: Options, key: str, kernels) -> cache.Entry:
         if missing:
             raise CompileError(f"kernels=: no kernel named {missing[0]!r} in {opts.filename}; check the name "
                                "(a template is named by its host_name instantiations)", filename=opts.filename)
-        text = result.text + "\n" + codegen.launchers(result.kernels, result.structs)
+        text = result.text + "\n" + codegen.launchers(result.kernels, result.structs,
+                                                      checked=opts.execution == "checked")
         label = opts.filename if kernels is None or len(kernels) != 1 else f"{opts.filename} ({kernels[0]})"
         with _status_line(f"compiling {label}"):
             out = _codegen(tc, opts, text, src_name, tmp)
@@ -341,7 +342,8 @@ def _codegen(tc, opts: Options, text: str, src_name: str, tmp: Path) -> Path:
     they can be had (msl/pch.py), else, or if that fails, the whole text as it is."""
     module, out = tmp / "module.cpp", tmp / "module.so"
     parts = pch.split(text, src_name) if pch.ENABLED else None
-    header = pch.header(tc, opts.fast_math, parts[0]) if parts else None
+    checked = opts.execution == "checked"
+    header = pch.header(tc, opts.fast_math, parts[0], checked) if parts else None
     if header is not None:
         module.write_text(parts[1])
         if _against(tc, opts, header, module, out):
@@ -349,13 +351,14 @@ def _codegen(tc, opts: Options, text: str, src_name: str, tmp: Path) -> Path:
     module.write_text(text)
     _check(_driver(tc, opts, module, out, None), opts.source, opts.filename)
     if header is not None:  # the whole text compiles, so the header was at fault
-        pch.refuse(tc, opts.fast_math, parts[0])
+        pch.refuse(tc, opts.fast_math, parts[0], checked)
     return out
 
 
 def _against(tc, opts: Options, header: Path, module: Path, out: Path) -> bool:
     """Whether ``module`` compiled against ``header``: with zig, by the commands zig_direct.py
     recorded for the header (recording them the first time), else by the compiler's driver."""
+    checked = opts.execution == "checked"
     direct = zig_direct.commands(header, str(module), str(module.with_suffix(".o")), str(out)) \
         if tc.kind == "zig" else None
     if direct is not None:
@@ -363,10 +366,10 @@ def _against(tc, opts: Options, header: Path, module: Path, out: Path) -> bool:
         if failed is None:
             return True
         if toolchain.needs_runtime(failed.stderr):
-            return toolchain.run(tc.compile(str(module), str(out), opts.fast_math, str(header),
+            return toolchain.run(tc.compile(str(module), str(out), opts.fast_math, str(header), checked,
                                             runtime=True)).returncode == 0
     elif tc.kind == "zig" and zig_direct.may_record(header):
-        proc = zig_direct.compile_and_record(tc, header, str(module), str(out), opts.fast_math)
+        proc = zig_direct.compile_and_record(tc, header, str(module), str(out), opts.fast_math, checked)
         if proc.returncode == 0 or not toolchain.needs_runtime(proc.stderr):
             return proc.returncode == 0
     built = _driver(tc, opts, module, out, header).returncode == 0
@@ -379,9 +382,10 @@ def _driver(tc, opts: Options, module: Path, out: Path, header: Path | None) -> 
     """The compiler driver's build of ``module``: linked without the compiler runtime, and again
     with it if the link asks for it (toolchain.needs_runtime)."""
     pch = str(header) if header is not None else None
-    proc = toolchain.run(tc.compile(str(module), str(out), opts.fast_math, pch))
+    checked = opts.execution == "checked"
+    proc = toolchain.run(tc.compile(str(module), str(out), opts.fast_math, pch, checked))
     if proc.returncode != 0 and toolchain.needs_runtime(proc.stderr):
-        proc = toolchain.run(tc.compile(str(module), str(out), opts.fast_math, pch, runtime=True))
+        proc = toolchain.run(tc.compile(str(module), str(out), opts.fast_math, pch, checked, runtime=True))
     return proc
 
 

@@ -71,7 +71,9 @@ def layouts(structs: list[StructDef]) -> list[str]:
     return out
 
 
-def launchers(kernels: list[Kernel], structs: list[StructDef] = ()) -> str:
+def launchers(kernels: list[Kernel], structs: list[StructDef] = (), checked: bool = False) -> str:
+    """The launchers and the module's tables. ``checked``: a checked build (check= races, uninit,
+    lockstep), where every thread is its own fiber, so the runtime knows which made an access."""
     out = [f'# 1 "{LAUNCHERS}"', "#include <metalkit/launch.h>"]
     out += layouts(list(structs))
     out.append("namespace {")
@@ -111,7 +113,7 @@ def launchers(kernels: list[Kernel], structs: list[StructDef] = ()) -> str:
         out.extend(binds)
         if k.execution == "simt":
             runner = f"mk::run_groups_simt(d, first, last, at, {'true' if k.uses_barrier else 'false'}, "
-        elif k.needs_sync:
+        elif k.needs_sync or checked:
             runner = "mk::run_groups_fibers(d, first, last, at, "
         else:
             runner = "mk::run_groups(d, first, last, at, "
@@ -123,7 +125,7 @@ def launchers(kernels: list[Kernel], structs: list[StructDef] = ()) -> str:
     out.append("const mk_kernel_info __mk_kernels[] = {")
     for n, k in enumerate(kernels):
         flags = "0"
-        if k.needs_sync:
+        if k.needs_sync or checked:
             flags = "MK_KERNEL_SIMT" if k.execution == "simt" else "MK_KERNEL_NEEDS_FIBERS"
         if k.uses_barrier:
             flags += " | MK_KERNEL_BARRIERS"
@@ -138,4 +140,6 @@ def launchers(kernels: list[Kernel], structs: list[StructDef] = ()) -> str:
                f"{len(kernels)}, __mk_kernels}};")
     out.append("}  // namespace")
     out.append("MK_EXPORT const mk_module_info* metalkit_module(void) { return &__mk_module; }")
+    if checked:
+        out.append("#include <metalkit/checked_access.h>")
     return "\n".join(out) + "\n"

@@ -60,16 +60,17 @@ def _escape(s: str) -> str:
     return s.replace("\\", "\\\\").replace('"', '\\"')
 
 
-def _key(tc: toolchain.Toolchain, fast_math: bool, prefix: str) -> str:
+def _key(tc: toolchain.Toolchain, fast_math: bool, prefix: str, checked: bool) -> str:
     parts = [cache.FORMAT, tc.identity, fast_math, cache.digest(prefix), cache._metalkit_version(),
-             cache._cpu_fingerprint()]
+             cache._cpu_fingerprint()] + (["checked"] if checked else [])
     return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:32]
 
 
-def header(tc: toolchain.Toolchain, fast_math: bool, prefix: str) -> Path | None:
+def header(tc: toolchain.Toolchain, fast_math: bool, prefix: str, checked: bool = False) -> Path | None:
     """The precompiled header for ``prefix``, built now if it is missing or damaged; None if it
-    cannot be had (the compiler refused it, the cache does not take writes)."""
-    k = _key(tc, fast_math, prefix)
+    cannot be had (the compiler refused it, the cache does not take writes). ``checked``: for
+    checked modules (toolchain.compile's flags must match)."""
+    k = _key(tc, fast_math, prefix, checked)
     if k in _refused:
         return None
     folder = cache.cache_dir() / "pch"
@@ -80,15 +81,15 @@ def header(tc: toolchain.Toolchain, fast_math: bool, prefix: str) -> Path | None
                 return pch
             folder.mkdir(parents=True, exist_ok=True)
             _source(source, prefix)
-            return _build(tc, fast_math, source, pch)
+            return _build(tc, fast_math, source, pch, checked)
         except OSError:
             return None
 
 
-def refuse(tc: toolchain.Toolchain, fast_math: bool, prefix: str) -> None:
+def refuse(tc: toolchain.Toolchain, fast_math: bool, prefix: str, checked: bool = False) -> None:
     """The header of ``prefix`` did not serve a compile that then succeeded without it: remove it and use none
     in this process (the next process builds it again)."""
-    k = _key(tc, fast_math, prefix)
+    k = _key(tc, fast_math, prefix, checked)
     _refused.add(k)
     with _lock:
         for suffix in (".json", ".pch"):
@@ -137,11 +138,11 @@ def _source(path: Path, prefix: str) -> Path:
     return path
 
 
-def _build(tc: toolchain.Toolchain, fast_math: bool, source: Path, pch: Path) -> Path | None:
+def _build(tc: toolchain.Toolchain, fast_math: bool, source: Path, pch: Path, checked: bool) -> Path | None:
     fd, tmp = tempfile.mkstemp(dir=pch.parent, prefix="build-", suffix=".pch")
     os.close(fd)
     try:
-        proc = toolchain.run(tc.precompile(str(source), tmp, fast_math))
+        proc = toolchain.run(tc.precompile(str(source), tmp, fast_math, checked))
         if proc.returncode != 0:
             _refused.add(pch.stem)
             return None

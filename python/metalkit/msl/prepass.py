@@ -41,7 +41,9 @@ def prepass(text: str, is_user, constants: dict | None = None, only=None, duplic
     ``duplicates="drop"``: kernels sharing a host name are left out instead of being an error.
     ``execution``: "auto" (SIMT where the transform applies, else "fibers"), or one model for every
     kernel with barriers or SIMD-group functions: "fibers" (a fiber per thread, lanes meeting before
-    each statement) or "threads" (a fiber per thread running the code as written: the reference).
+    each statement) or "threads" (a fiber per thread running the code as written: the reference);
+    "checked" is "threads" for every kernel, barriers or not, built for check= races, uninit and
+    lockstep (codegen.launchers, toolchain's flags).
     ``head``: the length of a leading part of ``text`` that is metalkit's headers, whole declarations
     that recur in every text after its first line (a marker naming the file): the names they
     declare are read once (msl/pch.py finds it).
@@ -55,7 +57,7 @@ def prepass(text: str, is_user, constants: dict | None = None, only=None, duplic
     attributes.find(unit)
     functions.find(unit)
     structs.find(unit)
-    threadgroup_storage.rewrite(unit)
+    threadgroup_storage.rewrite(unit, checked=execution == "checked")
     function_constants.bind(unit)
     kernels.collect(unit, duplicates)
     reach = callgraph.mark(unit)
@@ -80,6 +82,9 @@ def prepass(text: str, is_user, constants: dict | None = None, only=None, duplic
             unit.call_sync = _call_sync(unit, found, positions, reach)
     if execution == "auto":
         simt.transform(unit, reach, text, head)
+    elif execution == "checked":  # check= races, uninit, lockstep: every thread a fiber, as the reference model
+        for k in unit.kernels:
+            k.execution = "threads: check= records every memory access"
     else:
         for k in unit.kernels:
             k.execution = f"{execution}: execution={execution!r} was asked for" if k.needs_sync else "loop"

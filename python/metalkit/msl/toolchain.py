@@ -66,21 +66,22 @@ class Toolchain:
         return cmd + [source]
 
     def compile(self, source: str, output: str, fast_math: bool, pch: str | None = None,
-                runtime: bool = False) -> list[str]:
+                checked: bool = False, runtime: bool = False) -> list[str]:
         """``source`` (preprocessed C++) -> the shared module ``output``; ``pch``: a header from
-        ``precompile`` to read first (same ``fast_math``: its flags must match); ``runtime``: link
+        ``precompile`` to read first (same ``fast_math`` and ``checked``: its flags must match);
+        ``checked``: every memory access calls the runtime (checked_access.h); ``runtime``: link
         zig's compiler runtime (``needs_runtime``)."""
-        return self._codegen(source, fast_math, runtime) + (["-include-pch", pch] if pch else []) + \
+        return self._codegen(source, fast_math, checked, runtime) + (["-include-pch", pch] if pch else []) + \
             ["-shared", source, "-o", output]
 
-    def precompile(self, header: str, output: str, fast_math: bool) -> list[str]:
+    def precompile(self, header: str, output: str, fast_math: bool, checked: bool = False) -> list[str]:
         """The precompiled header ``output`` of ``header``, for ``compile(..., pch=output)``. No
         timestamp in it: a header is checked against its input's size only, the cache's key
         standing for the content (msl/pch.py)."""
-        return self._codegen(header, fast_math) + ["-Xclang", "-fno-pch-timestamp", "-x", "c++-header", header,
+        return self._codegen(header, fast_math, checked) + ["-Xclang", "-fno-pch-timestamp", "-x", "c++-header", header,
                                                    "-o", output]
 
-    def _codegen(self, source: str, fast_math: bool, runtime: bool = False) -> list[str]:
+    def _codegen(self, source: str, fast_math: bool, checked: bool = False, runtime: bool = False) -> list[str]:
         if self.kind == "zig":
             # zig targets the native CPU by default, and adds full debug info unless told
             # otherwise (a quarter of the build time of a large library, and half its memory).
@@ -117,6 +118,13 @@ class Toolchain:
                                                     "-fmax-type-align=8", "-fno-finite-loops"]
         if fast_math:
             cmd.append("-ffast-math")
+        if checked:
+            # ThreadSanitizer's instrumentation given to the compiler's core only, so the driver
+            # links no sanitizer runtime: the module's own callbacks take the calls. Every read
+            # is kept (not only those a write in the same block does not cover), so an
+            # uninitialised read is seen.
+            cmd += ["-Xclang", "-fsanitize=thread", "-mllvm", "-tsan-instrument-func-entry-exit=0",
+                    "-mllvm", "-tsan-instrument-read-before-write=1"]
         return cmd
 
     def version(self) -> str:

@@ -50,11 +50,11 @@ def may_record(header: Path) -> bool:
     return first
 
 
-def compile_and_record(tc: toolchain.Toolchain, header: Path, source: str, output: str,
-                       fast_math: bool) -> subprocess.CompletedProcess:
+def compile_and_record(tc: toolchain.Toolchain, header: Path, source: str, output: str, fast_math: bool,
+                       checked: bool = False) -> subprocess.CompletedProcess:
     """``zig c++`` of ``source`` against ``header`` into ``output``, reading and checking its
     commands on the way."""
-    proc = toolchain.run(tc.compile(source, output, fast_math, str(header)) + ["-v"])
+    proc = toolchain.run(tc.compile(source, output, fast_math, str(header), checked) + ["-v"])
     if proc.returncode != 0:
         return proc
     with contextlib.suppress(OSError):

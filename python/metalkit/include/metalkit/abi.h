@@ -6,7 +6,7 @@
 
 // Constants are enumerators, not macros: a module's source is preprocessed
 // before its launchers are appended, so macros from here would be gone.
-enum { MK_ABI_VERSION = 8, MK_SIMD_SLOT = 256 };
+enum { MK_ABI_VERSION = 9, MK_SIMD_SLOT = 256 };
 
 #ifdef __cplusplus
 extern "C" {
@@ -159,7 +159,22 @@ typedef struct mk_runtime {
   // threadgroup_barrier of a SIMD-group that `scheduler` runs as a fiber (passed in, as a
   // thread-local lookup costs a call per use in a shared object).
   void (*simt_barrier)(void* scheduler, const char* file, int line, int column);
+  // Checked modules (check="races"/"uninit"/"lockstep"): a memory access of `size` bytes at
+  // `addr` (mk_access_flags) made by the instruction before `pc`, and a kernel-scope
+  // threadgroup variable reached (`initialised`: it has an initializer).
+  void (*access)(const void* addr, mk_u64 size, unsigned flags, const void* pc);
+  void (*threadgroup_variable)(const void* addr, mk_u64 size, mk_u64 elem_size, const char* name, int initialised);
+  // An atomic operation (mk_atomic_op) on the `size`-byte integer at `addr`, recorded as an access and
+  // done: the instrumentation would turn the module's own atomics back into callbacks. Returns the
+  // old value; MK_ATOMIC_CAS compares with *expected (updated on failure) and returns 1 on success.
+  mk_u64 (*atomic)(volatile void* addr, unsigned size, unsigned op, mk_u64 value, mk_u64* expected, const void* pc);
 } mk_runtime;
+
+enum mk_access_flags { MK_ACCESS_WRITE = 1, MK_ACCESS_ATOMIC = 2, MK_ACCESS_UPDATE = 4 /* a write that reads first */ };
+enum mk_atomic_op {
+  MK_ATOMIC_LOAD = 0, MK_ATOMIC_STORE, MK_ATOMIC_EXCHANGE, MK_ATOMIC_ADD, MK_ATOMIC_SUB, MK_ATOMIC_AND,
+  MK_ATOMIC_OR, MK_ATOMIC_XOR, MK_ATOMIC_NAND, MK_ATOMIC_CAS
+};
 
 #define MK_RUNTIME_SYMBOL "metalkit_set_runtime"
 typedef void (*mk_set_runtime_fn)(const mk_runtime*);

@@ -32,6 +32,14 @@ struct simt_exchange {
   }
 };
 
+template <class T> struct elem_of { using type = T; };
+template <class T, unsigned long N> struct elem_of<T[N]> : elem_of<T> {};
+// Checked builds (check= races, uninit, lockstep): each thread reaching a kernel-scope
+// threadgroup variable names it to the runtime (msl/passes/threadgroup_storage.py).
+template <class T> inline void checked_threadgroup(T& v, const char* name, int initialised) {
+  rt->threadgroup_variable((const void*)&v, sizeof(T), sizeof(typename elem_of<T>::type), name, initialised);
+}
+
 // The caller's source location, for fault messages and to tell call sites apart. In a kernel
 // the front end runs as SIMT (msl/simt), `x` is the SIMD-group's exchange for the call instead.
 struct site {

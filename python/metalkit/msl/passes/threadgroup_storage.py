@@ -6,7 +6,9 @@ initializer (``threadgroup float s[32] = {0};``, which Apple's compiler accepts)
 then the storage holds that value when each threadgroup starts. The first thread
 of a group to reach the declaration copies it in, once (``mk::group_serial``
 counts the groups an OS thread has started), so no thread's stores made before
-another thread reaches the declaration are lost.
+another thread reaches the declaration are lost. In a checked build (check= races, uninit,
+lockstep) each thread reaching the declaration names the storage to the runtime, which then
+knows its bytes for threadgroup memory.
 """
 from __future__ import annotations
 
@@ -14,12 +16,12 @@ from ..model import Unit
 from . import keywords
 
 
-def rewrite(unit: Unit) -> None:
+def rewrite(unit: Unit, checked: bool = False) -> None:
     for f in unit.functions:
-        _rewrite_body(unit, *f.body)
+        _rewrite_body(unit, *f.body, checked)
 
 
-def _rewrite_body(unit: Unit, a: int, b: int) -> None:
+def _rewrite_body(unit: Unit, a: int, b: int, checked: bool) -> None:
     """`threadgroup T x[N];` in a function body: per-threadgroup storage.
 
     Metal refuses a kernel whose threadgroup declarations pass 32 KiB; so does
@@ -64,6 +66,9 @@ def _rewrite_body(unit: Unit, a: int, b: int) -> None:
         for k in names:
             src.replace(k, k, f"__mk_tg_{toks[k].text}")
         refs = " ".join(f"auto& {toks[k].text} = __mk_tg_{toks[k].text};" for k in names)
+        if checked:
+            refs += " " + " ".join(f'::metal::__mk::checked_threadgroup(__mk_tg_{toks[k].text}, '
+                                   f'"{toks[k].text}", {int(init is not None)});' for k in names)
         if init is not None:
             refs = _initialise(unit, i, names[0], init, m) + " " + refs
         names = [toks[k].text for k in names]

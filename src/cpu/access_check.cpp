@@ -1,0 +1,420 @@
+#include "access_check.h"
+
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <stdexcept>
+
+#include "scheduler.h"
+
+// The threadgroup (linear index + 1; 0: none) that last wrote and last read a byte of a watched
+// device buffer, and the instruction (an offset from the module's code; the top bit: atomic).
+// r_group's top bit: threadgroups other than r_group read it too. Within one group, as for
+// threadgroup memory, the thread and the epoch (a group runs on one OS thread, so its epochs
+// compare); r_thread kMany: several of the group's threads read it.
+struct mk::AccessReport::Device {
+  uintptr_t lo;
+  uint64_t size, elem_size;
+  std::string name;
+  struct Cell {
+    uint32_t w_group, r_group, w_pc, r_pc, w_epoch, r_epoch;
+    uint16_t w_thread, r_thread;
+  };
+  Cell* cells;  // mmap'd: zero until touched
+};
+
+namespace mk {
+namespace {
+
+constexpr uint32_t kTop = 0x80000000u;
+constexpr uint16_t kMany = 0xFFFF;
+constexpr unsigned kSeveral = ~0u;  // a finding's other side: more than one thread, not told apart
+
+constexpr uint16_t kGroupWrite = 0xFFFF;  // an initializer's value: there before any thread runs
+
+// The last write and the last read of one byte of threadgroup memory.
+struct Cell {
+  uint32_t w_epoch = 0, r_epoch = 0;  // 0: never (epochs start at 1)
+  uint16_t w_who = 0, r_who = 0;
+  uint16_t r_other = 0;               // with r_many: a reader other than r_who
+  bool w_atomic = false, r_atomic = false;
+  bool r_many = false;                // several threads read it in r_epoch
+  uintptr_t w_pc = 0, r_pc = 0;
+};
+
+struct Memory {
+  uintptr_t lo = 0;
+  uint64_t size = 0, elem_size = 1;
+  std::string name;
+  std::vector<Cell> cells;
+  uint32_t group_epoch = 0;  // kernel-scope variables: the group that registered it last
+};
+
+// This OS thread's checks, armed by an AccessScope.
+struct State {
+  uint32_t checks = 0;
+  AccessReport* report = nullptr;
+  std::vector<Memory> memory;
+  std::map<std::tuple<int, bool, uintptr_t, uintptr_t>, Finding> found;
+  uint64_t accesses = 0;  // rt_access calls: a finding counts accesses, not bytes
+};
+
+State& state() {
+  static thread_local State s;
+  return s;
+}
+
+Memory* memory_at(State& s, uintptr_t a) {
+  for (Memory& m : s.memory)
+    if (a - m.lo < m.size) return &m;
+  return nullptr;
+}
+
+Finding& noted(State& s, const Finding& fresh) {
+  auto key = std::make_tuple(int(fresh.kind) | int(fresh.between_groups) << 4 | int(fresh.on_device) << 5, fresh.lockstep, fresh.first_pc, fresh.second_pc);
+  auto it = s.found.find(key);
+  if (it == s.found.end()) it = s.found.emplace(key, fresh).first;
+  Finding& x = it->second;
+  if (x.last_access != s.accesses) ++x.count;
+  x.last_access = s.accesses;
+  x.lo = std::min(x.lo, fresh.lo);
+  x.hi = std::max(x.hi, fresh.hi);
+  return x;
+}
+
+// A race between threadgroups on a watched device buffer: `other` is the other group's linear index.
+void note_device(State& s, const RunningFiber& f, const AccessReport::Device& d, uint64_t offset, Hazard kind,
+                 uint64_t other, uint32_t other_pc, uintptr_t pc) {
+  if (!(s.checks & kCheckRaces)) return;
+  const unsigned* n = s.report->ngroups;
+  Finding x{kind, false, s.report->code_base + (other_pc & ~kTop), pc};
+  x.between_groups = x.on_device = true;
+  x.first_group[0] = unsigned(other % n[0]);
+  x.first_group[1] = unsigned(other / n[0] % n[1]);
+  x.first_group[2] = unsigned(other / (uint64_t(n[0]) * n[1]));
+  std::copy(f.pos, f.pos + 3, x.group);
+  x.memory = d.name;
+  x.elem_size = d.elem_size;
+  x.lo = x.hi = offset;
+  noted(s, x);
+}
+
+void note(State& s, const RunningFiber& f, const std::string& name, uint64_t elem_size, uint64_t offset, Hazard kind,
+          unsigned other, uintptr_t other_pc, uintptr_t pc, bool on_device = false);
+
+void device_access(State& s, const RunningFiber& f, AccessReport::Device& d, uint64_t first, uint64_t last,
+                   bool reads, bool write, bool atomic, uintptr_t pc) {
+  const unsigned* n = s.report->ngroups;
+  const uint64_t linear = f.pos[0] + uint64_t(n[0]) * (f.pos[1] + uint64_t(n[1]) * f.pos[2]);
+  const uint32_t me = uint32_t(linear % (kTop - 1)) + 1;
+  const uint32_t at = uint32_t(pc - s.report->code_base) | (atomic ? kTop : 0u);
+  for (uint64_t o = first; o < last; ++o) {
+    AccessReport::Device::Cell& c = d.cells[o];
+    // Other OS threads run other groups on the same cells: each field is read and written whole.
+    const uint32_t w = __atomic_load_n(&c.w_group, __ATOMIC_RELAXED);
+    const uint32_t wpc = __atomic_load_n(&c.w_pc, __ATOMIC_RELAXED);
+    const bool both_atomic_w = atomic && (wpc & kTop);
+    const uintptr_t wpc_at = s.report->code_base + (wpc & ~kTop);
+    // This group's own earlier write in this epoch, by another thread (a group's cells are only
+    // touched by the OS thread running it, so these fields are its own).
+    const bool w_here = w == me && c.w_epoch == f.epoch && c.w_thread != f.index && !both_atomic_w;
+    if (reads && w && w != me && !both_atomic_w)
+      note_device(s, f, d, o, Hazard::ReadAfterWrite, w - 1, wpc, pc);
+    if (reads && w_here) note(s, f, d.name, d.elem_size, o, Hazard::ReadAfterWrite, c.w_thread, wpc_at, pc, true);
+    if (write) {
+      if (w && w != me && !both_atomic_w) note_device(s, f, d, o, Hazard::WriteAfterWrite, w - 1, wpc, pc);
+      if (w_here) note(s, f, d.name, d.elem_size, o, Hazard::WriteAfterWrite, c.w_thread, wpc_at, pc, true);
+      const uint32_t r = __atomic_load_n(&c.r_group, __ATOMIC_RELAXED);
+      const uint32_t rpc = __atomic_load_n(&c.r_pc, __ATOMIC_RELAXED);
+      const uint32_t rg = r & ~kTop;
+      const bool both_atomic_r = atomic && (rpc & kTop);
+      if (rg && (rg != me || (r & kTop)) && !both_atomic_r)
+        note_device(s, f, d, o, Hazard::WriteAfterRead, rg != me ? rg - 1 : linear, rpc, pc);
+      if (rg == me && c.r_epoch == f.epoch && c.r_thread != f.index && !both_atomic_r)
+        note(s, f, d.name, d.elem_size, o, Hazard::WriteAfterRead, c.r_thread == kMany ? kSeveral : c.r_thread,
+             s.report->code_base + (rpc & ~kTop), pc, true);
+      __atomic_store_n(&c.w_group, me, __ATOMIC_RELAXED);
+      __atomic_store_n(&c.w_pc, at, __ATOMIC_RELAXED);
+      c.w_epoch = f.epoch;
+      c.w_thread = uint16_t(f.index);
+    } else {
+      const uint32_t r = __atomic_load_n(&c.r_group, __ATOMIC_RELAXED);
+      if (!r || (r & ~kTop) != me || c.r_epoch != f.epoch) {
+        if (r && (r & ~kTop) != me) __atomic_store_n(&c.r_group, me | kTop, __ATOMIC_RELAXED);
+        else __atomic_store_n(&c.r_group, me | (r & kTop), __ATOMIC_RELAXED);
+        __atomic_store_n(&c.r_pc, at, __ATOMIC_RELAXED);
+        c.r_epoch = f.epoch;
+        c.r_thread = uint16_t(f.index);
+      } else if (c.r_thread != f.index) {
+        c.r_thread = kMany;
+      }
+    }
+  }
+}
+
+void note(State& s, const RunningFiber& f, const std::string& name, uint64_t elem_size, uint64_t offset, Hazard kind,
+          unsigned other, uintptr_t other_pc, uintptr_t pc, bool on_device) {
+  const unsigned me = f.index;
+  const bool lockstep = kind != Hazard::Uninitialised && other != kSeveral && other / 32 == me / 32 &&
+                        !(kind == Hazard::WriteAfterWrite && other_pc == pc);
+  if (lockstep ? !(s.checks & kCheckLockstep) : !(s.checks & (kind == Hazard::Uninitialised ? kCheckUninit : kCheckRaces)))
+    return;
+  Finding x{kind, lockstep, other_pc, pc};
+  std::copy(f.pos, f.pos + 3, x.group);
+  x.first_thread = other;
+  x.second_thread = me;
+  x.memory = name;
+  x.on_device = on_device;
+  x.elem_size = elem_size;
+  x.lo = x.hi = offset;
+  noted(s, x);
+}
+
+}  // namespace
+
+AccessReport::AccessReport(std::vector<WatchedBuffer> buffers, const unsigned* n, uintptr_t base) : code_base(base) {
+  std::copy(n, n + 3, ngroups);
+  for (WatchedBuffer& b : buffers) {
+    if (!b.size) continue;
+    void* p = mmap(nullptr, b.size * sizeof(Device::Cell), PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) throw std::runtime_error("no memory to watch buffer '" + b.name + "' for check=races");
+    devices_.push_back({b.data, b.size, std::max<uint64_t>(1, b.elem_size), std::move(b.name), static_cast<Device::Cell*>(p)});
+  }
+}
+
+AccessReport::~AccessReport() {
+  for (Device& d : devices_) munmap(d.cells, d.size * sizeof(Device::Cell));
+}
+
+void AccessReport::merge(std::vector<Finding>& found) {
+  std::lock_guard<std::mutex> lk(lock_);
+  for (Finding& f : found) {
+    auto key = std::make_tuple(int(f.kind) | int(f.between_groups) << 4 | int(f.on_device) << 5, f.lockstep, f.first_pc, f.second_pc);
+    auto it = found_.find(key);
+    if (it == found_.end()) {
+      found_.emplace(key, f);
+      continue;
+    }
+    it->second.count += f.count;
+    it->second.lo = std::min(it->second.lo, f.lo);
+    it->second.hi = std::max(it->second.hi, f.hi);
+  }
+}
+
+std::vector<Finding> AccessReport::findings() const {
+  std::lock_guard<std::mutex> lk(lock_);
+  std::vector<Finding> out;
+  for (auto& kv : found_) out.push_back(kv.second);
+  return out;
+}
+
+AccessScope::AccessScope(uint32_t checks, AccessReport* report, std::vector<CheckedMemory> slots) {
+  State& s = state();
+  s.checks = checks;
+  s.report = report;
+  // The slots are the same bytes for every group this thread runs: their cells carry over
+  // (older epochs mean "not this group"). Kernel-scope variables register as they are reached.
+  s.memory.clear();
+  for (CheckedMemory& c : slots) {
+    Memory m;
+    m.lo = c.data;
+    m.size = c.size;
+    m.elem_size = c.elem_size;
+    m.name = std::move(c.name);
+    m.cells.resize(c.size);
+    s.memory.push_back(std::move(m));
+  }
+}
+
+AccessScope::~AccessScope() {
+  State& s = state();
+  std::vector<Finding> found;
+  for (auto& kv : s.found) found.push_back(kv.second);
+  s.found.clear();
+  if (s.report && !found.empty()) s.report->merge(found);
+  s.checks = 0;
+  s.report = nullptr;
+  s.memory.clear();
+}
+
+void rt_access(const void* addr, mk_u64 size, unsigned flags, const void* pc) {
+  State& s = state();
+  if (!s.checks) return;
+  const uintptr_t a = reinterpret_cast<uintptr_t>(addr);
+  const bool write = flags & MK_ACCESS_WRITE, atomic = flags & MK_ACCESS_ATOMIC;
+  const bool reads = !write || (flags & MK_ACCESS_UPDATE);
+  const uintptr_t at = reinterpret_cast<uintptr_t>(pc) - 1;  // the call, not the instruction after it
+  Memory* m = memory_at(s, a);
+  if (!m) {
+    if (!(s.checks & (kCheckRaces | kCheckLockstep)) || !s.report) return;
+    for (AccessReport::Device& d : s.report->devices())
+      if (a - d.lo < d.size) {
+        const RunningFiber& f = running_fiber();
+        if (!f.running) return;
+        ++s.accesses;
+        device_access(s, f, d, a - d.lo, std::min<uint64_t>(d.size, a - d.lo + size), reads, write, atomic, at);
+        return;
+      }
+    return;  // neither threadgroup memory nor a watched buffer
+  }
+  const RunningFiber& f = running_fiber();
+  if (!f.running) return;
+  ++s.accesses;
+  const uint16_t me = uint16_t(f.index);
+  const uint64_t first = a - m->lo, last = std::min<uint64_t>(m->size, first + size);
+  for (uint64_t o = first; o < last; ++o) {
+    Cell& c = m->cells[o];
+    const bool written = c.w_epoch >= f.group_epoch;
+    if (reads) {
+      if (!written)
+        note(s, f, m->name, m->elem_size, o, Hazard::Uninitialised, me, 0, at);
+      else if (c.w_epoch == f.epoch && c.w_who != me && c.w_who != kGroupWrite && !(atomic && c.w_atomic))
+        note(s, f, m->name, m->elem_size, o, Hazard::ReadAfterWrite, c.w_who, c.w_pc, at);
+    }
+    if (write) {
+      if (written && c.w_epoch == f.epoch && c.w_who != me && c.w_who != kGroupWrite && !(atomic && c.w_atomic))
+        note(s, f, m->name, m->elem_size, o, Hazard::WriteAfterWrite, c.w_who, c.w_pc, at);
+      if (c.r_epoch == f.epoch && (c.r_who != me || c.r_many) && !(atomic && c.r_atomic))
+        note(s, f, m->name, m->elem_size, o, Hazard::WriteAfterRead, c.r_who != me ? c.r_who : c.r_other, c.r_pc, at);
+      c.w_epoch = f.epoch;
+      c.w_who = me;
+      c.w_atomic = atomic;
+      c.w_pc = at;
+    } else if (c.r_epoch == f.epoch) {
+      if (!c.r_many && c.r_who != me) {
+        c.r_many = true;
+        c.r_other = me;
+      }
+      c.r_atomic = c.r_atomic && atomic;
+    } else {
+      c.r_epoch = f.epoch;
+      c.r_who = me;
+      c.r_many = false;
+      c.r_atomic = atomic;
+      c.r_pc = at;
+    }
+  }
+}
+
+void rt_threadgroup_variable(const void* addr, mk_u64 size, mk_u64 elem_size, const char* name, int initialised) {
+  State& s = state();
+  if (!s.checks) return;
+  const RunningFiber& f = running_fiber();
+  const uintptr_t a = reinterpret_cast<uintptr_t>(addr);
+  Memory* m = memory_at(s, a);
+  if (!m) {
+    Memory fresh;
+    fresh.lo = a;
+    fresh.size = size;
+    fresh.elem_size = elem_size ? elem_size : 1;
+    fresh.name = name;
+    fresh.cells.resize(size);
+    s.memory.push_back(std::move(fresh));
+    m = &s.memory.back();
+  }
+  if (m->group_epoch == f.group_epoch) return;
+  m->group_epoch = f.group_epoch;
+  if (initialised)
+    for (Cell& c : m->cells) {
+      c.w_epoch = f.group_epoch;
+      c.w_who = kGroupWrite;
+      c.w_atomic = false;
+      c.w_pc = 0;
+    }
+}
+
+namespace {
+
+template <class T> mk_u64 atomic_op(volatile T* a, unsigned op, T v, mk_u64* expected) {
+  constexpr int order = __ATOMIC_SEQ_CST;  // the strongest order serves every order asked for
+  switch (op) {
+    case MK_ATOMIC_LOAD: return __atomic_load_n(a, order);
+    case MK_ATOMIC_STORE: __atomic_store_n(a, v, order); return 0;
+    case MK_ATOMIC_EXCHANGE: return __atomic_exchange_n(a, v, order);
+    case MK_ATOMIC_ADD: return __atomic_fetch_add(a, v, order);
+    case MK_ATOMIC_SUB: return __atomic_fetch_sub(a, v, order);
+    case MK_ATOMIC_AND: return __atomic_fetch_and(a, v, order);
+    case MK_ATOMIC_OR: return __atomic_fetch_or(a, v, order);
+    case MK_ATOMIC_XOR: return __atomic_fetch_xor(a, v, order);
+    case MK_ATOMIC_NAND: return __atomic_fetch_nand(a, v, order);
+    default: {
+      T e = T(*expected);
+      const bool ok = __atomic_compare_exchange_n(a, &e, v, false, order, order);
+      *expected = e;
+      return ok;
+    }
+  }
+}
+
+}  // namespace
+
+mk_u64 rt_atomic(volatile void* addr, unsigned size, unsigned op, mk_u64 value, mk_u64* expected, const void* pc) {
+  const unsigned flags = op == MK_ATOMIC_LOAD    ? MK_ACCESS_ATOMIC
+                         : op == MK_ATOMIC_STORE ? MK_ACCESS_ATOMIC | MK_ACCESS_WRITE
+                                                 : MK_ACCESS_ATOMIC | MK_ACCESS_WRITE | MK_ACCESS_UPDATE;
+  rt_access(const_cast<const void*>(addr), size, flags, pc);
+  switch (size) {
+    case 1: return atomic_op(static_cast<volatile uint8_t*>(addr), op, uint8_t(value), expected);
+    case 2: return atomic_op(static_cast<volatile uint16_t*>(addr), op, uint16_t(value), expected);
+    case 4: return atomic_op(static_cast<volatile uint32_t*>(addr), op, uint32_t(value), expected);
+    default: return atomic_op(static_cast<volatile uint64_t*>(addr), op, uint64_t(value), expected);
+  }
+}
+
+std::string describe(const Finding& f, std::string (*line)(uintptr_t pc, const void* ctx), const void* ctx) {
+  auto at = [&](uintptr_t pc) {
+    std::string l = line(pc, ctx);
+    return l.empty() ? std::string("an unknown line") : l;
+  };
+  auto thread = [&](unsigned t) {
+    if (t == ~0u) return std::string("several threads");
+    return "thread " + std::to_string(t) + " (SIMD-group " + std::to_string(t / 32) + ", lane " +
+           std::to_string(t % 32) + ")";
+  };
+  const uint64_t e0 = f.lo / f.elem_size, e1 = f.hi / f.elem_size;
+  const std::string where = std::string(f.on_device ? "device" : "threadgroup") + " memory '" + f.memory + "' " +
+                            (e0 == e1 ? "element " + std::to_string(e0)
+                                      : "elements " + std::to_string(e0) + " to " + std::to_string(e1));
+  const std::string group = "threadgroup (" + std::to_string(f.group[0]) + ", " + std::to_string(f.group[1]) + ", " +
+                            std::to_string(f.group[2]) + ")";
+  const std::string times = f.count == 1 ? "once" : std::to_string(f.count) + " times";
+  if (f.between_groups) {
+    const char* first = f.kind == Hazard::WriteAfterRead ? "read" : "written";
+    const char* second = f.kind == Hazard::ReadAfterWrite ? "read" : "written";
+    const char* what = f.kind == Hazard::ReadAfterWrite   ? "a write, then a read"
+                       : f.kind == Hazard::WriteAfterRead ? "a read, then a write"
+                                                          : "two writes";
+    auto name = [](const unsigned* g) {
+      return "threadgroup (" + std::to_string(g[0]) + ", " + std::to_string(g[1]) + ", " + std::to_string(g[2]) + ")";
+    };
+    return std::string("data race between threadgroups (") + what + ") on device memory '" + f.memory + "' " +
+           (e0 == e1 ? "element " + std::to_string(e0)
+                     : "elements " + std::to_string(e0) + " to " + std::to_string(e1)) +
+           ": " + first + " at " + at(f.first_pc) + " by " + name(f.first_group) + ", " + second + " at " +
+           at(f.second_pc) + " by " + name(f.group) + " (" + times +
+           "); the threadgroups of one dispatch run in no set order: give each its own elements, use atomics, "
+           "or split the work into two dispatches";
+  }
+  if (f.kind == Hazard::Uninitialised)
+    return "uninitialised read of " + where + " at " + at(f.second_pc) + ", by " + thread(f.second_thread) + " of " +
+           group + ": no thread of the threadgroup wrote it before (" + times + ")";
+  const char* first = f.kind == Hazard::WriteAfterRead ? "read" : "written";
+  const char* second = f.kind == Hazard::ReadAfterWrite ? "read" : "written";
+  const char* what = f.kind == Hazard::ReadAfterWrite   ? "a write, then a read"
+                     : f.kind == Hazard::WriteAfterRead ? "a read, then a write"
+                                                        : "two writes";
+  std::string out = std::string(f.lockstep ? "relies on SIMD-group lockstep" : "data race") + " (" + what +
+                    ") on " + where + ": " + first + " at " + at(f.first_pc) + " by " + thread(f.first_thread) +
+                    ", " + second + " at " + at(f.second_pc) + " by " + thread(f.second_thread) + " of " + group +
+                    ", with no threadgroup_barrier between (" + times + ")";
+  if (f.lockstep)
+    out += "; the GPU runs a SIMD-group's lanes together, so this holds on Apple GPUs, but not where SIMD-groups "
+           "do not run in lockstep: put a simdgroup_barrier or threadgroup_barrier between them";
+  else
+    out += std::string("; put a threadgroup_barrier(mem_flags::") + (f.on_device ? "mem_device" : "mem_threadgroup") +
+           ") between them";
+  return out;
+}
+
+}  // namespace mk

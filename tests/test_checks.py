@@ -1,0 +1,212 @@
+"""check= races, uninit and lockstep: each bug found with its class and lines, its fix silent."""
+import re
+import warnings
+
+import numpy as np
+import pytest
+
+import metalkit as mk
+
+pytestmark = pytest.mark.skipif(mk.device().backend != "cpu", reason="check= is the CPU simulator's")
+
+HEAD = "#include <metal_stdlib>\nusing namespace metal;\n"
+
+
+def line_of(src: str, marker: str) -> int:
+    """The 1-based line of `src` (after HEAD) holding `marker`."""
+    lines = (HEAD + src).splitlines()
+    return next(i + 1 for i, l in enumerate(lines) if marker in l)
+
+
+def run_checked(src: str, name: str, *args, check="all", **kw):
+    lib = mk.compile(HEAD + src, filename=f"{name}.metal")
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        getattr(lib, name)(*args, check=check, **kw)
+    return [str(x.message) for x in w if issubclass(x.category, mk.CheckWarning)]
+
+
+REVERSE = """
+kernel void reverse(device const float* x [[buffer(0)]], device float* y [[buffer(1)]],
+                    threadgroup float* t [[threadgroup(0)]], uint i [[thread_position_in_grid]],
+                    uint l [[thread_position_in_threadgroup]], uint n [[threads_per_threadgroup]]) {
+    t[l] = x[i];                                   // store
+    BARRIER
+    y[i] = t[n - 1 - l];                           // load
+}
+"""
+
+
+def test_a_missing_barrier_is_a_race_naming_both_lines_and_the_fix_passes():
+    rng = np.random.default_rng(1)
+    x = rng.random(200).astype(np.float32)  # not a multiple of the threadgroup: the last group is short
+    src = REVERSE.replace("BARRIER", "")
+    with pytest.raises(mk.KernelFault) as e:
+        run_checked(src, "reverse", x, np.zeros_like(x), grid=200, threadgroup=64, threadgroup_memory={0: 256})
+    msg = str(e.value)
+    store, load = line_of(src, "// store"), line_of(src, "// load")
+    assert re.search(rf"data race \(a write, then a read\) on threadgroup memory 't' elements \d+ to \d+: "
+                     rf"written at reverse.metal:{store} by thread \d+ \(SIMD-group \d, lane \d+\), "
+                     rf"read at reverse.metal:{load} by thread", msg), msg
+    assert f"read at reverse.metal:{load}" in msg and "uninitialised read of threadgroup memory 't'" in msg
+
+    fixed = REVERSE.replace("BARRIER", "threadgroup_barrier(mem_flags::mem_threadgroup);")
+    y = np.zeros_like(x)
+    assert run_checked(fixed, "reverse", x, y, grid=200, threadgroup=64, threadgroup_memory={0: 256}) == []
+    want = np.concatenate([x[k:k + 64][::-1] for k in range(0, 192, 64)] + [x[192:][::-1]])
+    np.testing.assert_array_equal(y, want)
+
+
+HALF = """
+kernel void half_written(device float* y [[buffer(0)]], uint l [[thread_position_in_threadgroup]]) {
+    threadgroup float s[64];
+    if (l < LIMIT) s[l] = float(l) * 0.5f;
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    y[l] = s[63 - l];                              // load
+}
+"""
+
+
+def test_a_read_of_threadgroup_memory_half_the_threads_wrote_is_uninitialised():
+    src = HALF.replace("LIMIT", "32")
+    with pytest.raises(mk.KernelFault) as e:
+        run_checked(src, "half_written", np.zeros(64, np.float32), grid=64, threadgroup=64, check="uninit")
+    msg = str(e.value)
+    assert (f"uninitialised read of threadgroup memory 's' elements 32 to 63 at half_written.metal:"
+            f"{line_of(src, '// load')}, by thread 0 (SIMD-group 0, lane 0) of threadgroup (0, 0, 0)") in msg
+    assert "(32 times)" in msg
+    y = np.zeros(64, np.float32)
+    assert run_checked(HALF.replace("LIMIT", "64"), "half_written", y, grid=64, threadgroup=64) == []
+    np.testing.assert_array_equal(y, (63 - np.arange(64)) * 0.5)
+
+
+def test_findings_become_warnings_under_warn_and_the_call_completes():
+    src = HALF.replace("LIMIT", "32")
+    found = run_checked(src, "half_written", np.zeros(64, np.float32), grid=64, threadgroup=64, check="uninit,warn")
+    assert len(found) == 1 and "uninitialised read of threadgroup memory 's'" in found[0]
+
+
+LOCKSTEP = """
+kernel void warp_sum(device const float* x [[buffer(0)]], device float* y [[buffer(1)]],
+                     uint l [[thread_position_in_threadgroup]]) {
+    threadgroup float s[32];
+    s[l] = x[l];
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    for (uint k = 16; k > 0; k /= 2) {
+        if (l < k) s[l] += s[l + k];               // lanes of one SIMD-group
+        SYNC
+    }
+    if (l == 0) y[0] = s[0];
+}
+"""
+
+
+def test_a_simd_group_relying_on_lockstep_is_a_warning_not_a_fault():
+    x = np.random.default_rng(2).random(32).astype(np.float32)
+    found = run_checked(LOCKSTEP.replace("SYNC", ""), "warp_sum", x, np.zeros(1, np.float32), grid=32, threadgroup=32)
+    line = line_of(LOCKSTEP, "// lanes of one SIMD-group")
+    assert found and all("relies on SIMD-group lockstep" in f for f in found), found
+    assert all(f"warp_sum.metal:{line}" in f for f in found)
+    y = np.zeros(1, np.float32)
+    assert run_checked(LOCKSTEP.replace("SYNC", "threadgroup_barrier(mem_flags::mem_threadgroup);"), "warp_sum",
+                       x, y, grid=32, threadgroup=32) == []
+    assert y[0] == pytest.approx(x.sum(dtype=np.float64), rel=1e-5)
+
+
+COUNTER = """
+kernel void count(device const int* x [[buffer(0)]], device int* y [[buffer(1)]],
+                  uint i [[thread_position_in_grid]], uint l [[thread_position_in_threadgroup]],
+                  uint g [[threadgroup_position_in_grid]]) {
+    threadgroup atomic_int n;
+    INIT
+    if (x[i] > 0) atomic_fetch_add_explicit(&n, 1, memory_order_relaxed);   // add
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    if (l == 0) y[g] = atomic_load_explicit(&n, memory_order_relaxed);
+}
+"""
+
+
+def test_atomics_do_not_race_but_an_unset_counter_is_uninitialised():
+    x = np.random.default_rng(3).integers(-5, 5, 96).astype(np.int32)
+    src = COUNTER.replace("INIT", "")
+    with pytest.raises(mk.KernelFault, match=rf"uninitialised read of threadgroup memory 'n' element 0 at "
+                                             rf"count.metal:{line_of(src, '// add')}"):
+        run_checked(src, "count", x, np.zeros(3, np.int32), grid=96, threadgroup=32)
+    y = np.zeros(3, np.int32)
+    fixed = COUNTER.replace("INIT", "if (l == 0) atomic_store_explicit(&n, 0, memory_order_relaxed);\n"
+                                    "    threadgroup_barrier(mem_flags::mem_threadgroup);")
+    assert run_checked(fixed, "count", x, y, grid=96, threadgroup=32) == []
+    np.testing.assert_array_equal(y, (x.reshape(3, 32) > 0).sum(axis=1))
+
+
+def test_an_initialised_threadgroup_array_holds_its_value_before_any_thread_runs():
+    src = """
+kernel void table(device float* y [[buffer(0)]], uint l [[thread_position_in_threadgroup]]) {
+    threadgroup float t[4] = {1.0f, 2.0f, 3.0f, 4.0f};
+    y[l] = t[3 - l % 4];
+}
+"""
+    y = np.zeros(7, np.float32)
+    assert run_checked(src, "table", y, grid=7, threadgroup=7) == []
+    np.testing.assert_array_equal(y, [4, 3, 2, 1, 4, 3, 2])
+
+
+@pytest.mark.parametrize("bad", ["race", "all,nothing", ["races", 3], 2.5])
+def test_unknown_checks_are_named(bad):
+    lib = mk.compile(HEAD + "kernel void k(device float* x [[buffer(0)]], uint i [[thread_position_in_grid]]) "
+                     "{ x[i] = 1; }")
+    x = np.zeros(4, np.float32)
+    with pytest.raises(mk.ArgumentError, match=r"kernel 'k': check= (names an unknown check|takes True, False)"):
+        lib.k(x, check=bad)
+    assert not x.any()
+
+
+def test_check_names_can_be_given_as_a_list_and_the_cheap_checks_still_work():
+    lib = mk.compile(HEAD + "kernel void k(device float* x [[buffer(0)]], uint i [[thread_position_in_grid]]) "
+                     "{ x[i] = 1; }", filename="k.metal")
+    x = np.zeros(4, np.float32)
+    with pytest.raises(mk.KernelFault, match="past the end of parameter 'x'"):
+        lib.k(x, grid=5, check=["bounds", "races"])
+    assert not x.any()
+    lib.k(x, grid=4, check=("races", "uninit"))
+    assert x.tolist() == [1.0] * 4
+
+
+SHIFT = """
+kernel void shift(device float* y [[buffer(0)]], device const float* x [[buffer(1)]],
+                  uint i [[thread_position_in_grid]], uint n [[threads_per_grid]]) {
+    float v = SOURCE[(i + 1) % n];                 // neighbour
+    y[i] = v * 2.0f;                               // mine
+}
+"""
+
+
+def test_threadgroups_touching_one_device_element_race_and_reading_a_copy_does_not():
+    rng = np.random.default_rng(4)
+    x = rng.random(100).astype(np.float32)
+    src = SHIFT.replace("SOURCE", "y")
+    with pytest.raises(mk.KernelFault) as e:
+        run_checked(src, "shift", x.copy(), x, grid=100, threadgroup=32, check="races")
+    msg = str(e.value)
+    read, write = line_of(src, "// neighbour"), line_of(src, "// mine")
+    assert re.search(rf"data race between threadgroups \(a read, then a write\) on device memory 'y' elements "
+                     rf"32 to 96: read at shift.metal:{read} by threadgroup \(\d, 0, 0\), written at "
+                     rf"shift.metal:{write} by threadgroup \(\d, 0, 0\) \(3 times\)", msg), msg
+    y = np.zeros_like(x)
+    assert run_checked(SHIFT.replace("SOURCE", "x"), "shift", y, x, grid=100, threadgroup=32) == []
+    np.testing.assert_array_equal(y, np.roll(x, -1) * 2)
+
+
+def test_simd_groups_of_one_threadgroup_touching_one_device_element_race():
+    x = np.random.default_rng(5).random(64).astype(np.float32)
+    src = SHIFT.replace("SOURCE", "y")
+    with pytest.raises(mk.KernelFault) as e:
+        run_checked(src, "shift", x.copy(), x, grid=64, threadgroup=64, check="races")
+    msg = str(e.value)
+    read, write = line_of(src, "// neighbour"), line_of(src, "// mine")
+    assert (f"data race (a read, then a write) on device memory 'y' element 32: read at shift.metal:{read} by "
+            f"thread 31 (SIMD-group 0, lane 31), written at shift.metal:{write} by thread 32 (SIMD-group 1, lane 0) "
+            "of threadgroup (0, 0, 0)") in msg, msg
+    # Within a SIMD-group the same pattern holds only by lockstep: a warning under "all".
+    found = run_checked(src, "shift", x.copy(), x, grid=64, threadgroup=64, check="lockstep")
+    assert found and all("relies on SIMD-group lockstep" in f and "device memory 'y'" in f for f in found)
