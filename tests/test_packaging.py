@@ -1,5 +1,5 @@
-"""How the package builds: a second `pip install` reuses the first one's CMake build, kept per
-wheel tag in a folder git ignores."""
+"""How the package builds: the CMake build is kept per wheel tag, in a folder git ignores, so a
+`pip install --no-build-isolation` after an edit rebuilds only what changed."""
 import re
 import subprocess
 from pathlib import Path
