@@ -266,13 +266,14 @@ def compile(source: str, *, filename: str = "<source>", include_dirs: Iterable[s
     return lib
 
 
-def _checked_kernel(options: tuple, name: str) -> Any:
+def _checked_kernel(options: _Options, name: str) -> Any:
     """Kernel ``name`` of the source and options ``options`` (msl.build.build's), built checked:
     every thread its own fiber and every memory access told to the runtime (check= races, uninit,
     lockstep)."""
     from .msl import build as msl_build
+    source, filename, include_dirs, constants, fast_math, defines, _ = options
     try:
-        path = msl_build.build(*options[:-1], "checked", [name])
+        path = msl_build.build(source, filename, include_dirs, constants, fast_math, defines, "checked", [name])
     except CompileError as e:
         raise e.reworded(f"kernel {name!r}, built for check=: {e.msg}") from None
     return _load(path).kernel(name)
