@@ -69,12 +69,19 @@ kernel void half_written(device float* y [[buffer(0)]], uint l [[thread_position
 
 def test_a_read_of_threadgroup_memory_half_the_threads_wrote_is_uninitialised():
     src = HALF.replace("LIMIT", "32")
+    load = line_of(src, "// load")
+    # "uninit" alone runs the SIMT kernel as it is: the runtime knows the SIMD-group of an access.
     with pytest.raises(mk.KernelFault) as e:
         run_checked(src, "half_written", np.zeros(64, np.float32), grid=64, threadgroup=64, check="uninit")
-    msg = str(e.value)
-    assert (f"uninitialised read of threadgroup memory 's' elements 32 to 63 at half_written.metal:"
-            f"{line_of(src, '// load')}, by thread 0 (SIMD-group 0, lane 0) of threadgroup (0, 0, 0)") in msg
-    assert "(32 times)" in msg
+    assert (f"uninitialised read of threadgroup memory 's' elements 32 to 63 at half_written.metal:{load}, by "
+            "SIMD-group 0 of threadgroup (0, 0, 0): no thread of the threadgroup wrote it before (32 times) "
+            '(check="all" runs each thread on its own and names them)') in str(e.value)
+    # "all" runs every thread on its own: the thread is named.
+    with pytest.raises(mk.KernelFault) as e:
+        run_checked(src, "half_written", np.zeros(64, np.float32), grid=64, threadgroup=64, check="all")
+    assert (f"uninitialised read of threadgroup memory 's' elements 32 to 63 at half_written.metal:{load}, by "
+            "thread 0 (SIMD-group 0, lane 0) of threadgroup (0, 0, 0): no thread of the threadgroup wrote it before "
+            "(32 times)") in str(e.value)
     y = np.zeros(64, np.float32)
     assert run_checked(HALF.replace("LIMIT", "64"), "half_written", y, grid=64, threadgroup=64) == []
     np.testing.assert_array_equal(y, (63 - np.arange(64)) * 0.5)

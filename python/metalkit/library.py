@@ -88,7 +88,7 @@ class Library:
                                  f"{', '.join(self.kernels) or 'none'}; check the name (a template kernel is named "
                                  "by its host_name instantiations)")
         if self._checked is not None and k._checked_factory is None:
-            k._checked_factory = functools.partial(self._checked, name)
+            k._checked_factory = functools.partial(self._checked, name=name)
         return k
 
     def __getattr__(self, name: str) -> "Kernel":
@@ -266,14 +266,16 @@ def compile(source: str, *, filename: str = "<source>", include_dirs: Iterable[s
     return lib
 
 
-def _checked_kernel(options: _Options, name: str) -> Any:
+def _checked_kernel(options: _Options, threads: bool, name: str) -> Any:
     """Kernel ``name`` of the source and options ``options`` (msl.build.build's), built checked:
-    every thread its own fiber and every memory access told to the runtime (check= races, uninit,
-    lockstep)."""
+    every memory access told to the runtime (check= races, uninit, lockstep). Its SIMT kernels
+    stay SIMT (the runtime knows the SIMD-group of an access), the rest run a fiber per thread;
+    ``threads``: every kernel runs a fiber per thread (the runtime knows the thread)."""
     from .msl import build as msl_build
     source, filename, include_dirs, constants, fast_math, defines, _ = options
+    execution = "checked-threads" if threads else "checked"
     try:
-        path = msl_build.build(source, filename, include_dirs, constants, fast_math, defines, "checked", [name])
+        path = msl_build.build(source, filename, include_dirs, constants, fast_math, defines, execution, [name])
     except CompileError as e:
         raise e.reworded(f"kernel {name!r}, built for check=: {e.msg}") from None
     return _load(path).kernel(name)

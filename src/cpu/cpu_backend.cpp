@@ -474,9 +474,9 @@ class CpuKernel : public KernelImpl {
     auto line = [](uintptr_t pc, const void* k) { return source_line(pc, *static_cast<const mk_kernel_info*>(k)); };
     const std::string head = kernel_label(spec_.name) + " (" + spec_.file + ":" + std::to_string(spec_.line) + "): ";
     std::vector<std::string> errors;
-    for (const Finding& f : found) {
-      std::string text = describe(f, line, &info_);
-      if (f.lockstep || (checks & kCheckWarn))
+    for (const Reported& r : by_line(found, line, &info_)) {
+      std::string text = describe(r);
+      if (r.finding.lockstep || (checks & kCheckWarn))
         check_warnings().push_back(head + text);
       else
         errors.push_back(std::move(text));
