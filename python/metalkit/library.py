@@ -47,13 +47,13 @@ class Library:
     """
 
     def __init__(self, core: Any, filename: str, backend: str, constants: Constants | None = None,
-                 rebuild: Callable[..., "Library"] | None = None, checked: Callable[[str], Any] | None = None):
+                 rebuild: Callable[..., "Library"] | None = None, checked: Callable[..., Any] | None = None):
         self._core = core
         self.filename = filename
         self.backend = backend
         self.constants = dict(constants or {})
         self._rebuild = rebuild  # the same source and options with other constants
-        self._checked = checked  # a kernel's checked build, by name (check= races, uninit, lockstep)
+        self._checked = checked  # (threads, name=) -> a kernel's checked build (check= races, uninit, lockstep)
 
     def specialize(self, name: str, constants: Constants) -> "Kernel":
         """Kernel ``name`` with function constants bound for it alone, on top of the library's.
