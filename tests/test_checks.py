@@ -217,3 +217,28 @@ def test_simd_groups_of_one_threadgroup_touching_one_device_element_race():
     # Within a SIMD-group the same pattern holds only by lockstep: a warning under "all".
     found = run_checked(src, "shift", x.copy(), x, grid=64, threadgroup=64, check="lockstep")
     assert found and all("relies on SIMD-group lockstep" in f and "device memory 'y'" in f for f in found)
+
+
+EDGE = """
+kernel void edge_blocks(device float* y [[buffer(0)]], device const float* x [[buffer(1)]],
+                        constant uint& n [[buffer(2)]], uint g [[threadgroup_position_in_grid]],
+                        uint l [[thread_position_in_threadgroup]]) {
+    uint start = min(g * 32u, n - 32u);            // the last block overlaps the one before it
+    y[start + l] = VALUE;                          // store
+}
+"""
+
+
+def test_two_writes_of_the_same_value_do_not_race_and_of_different_values_do():
+    x = np.random.default_rng(6).random(100).astype(np.float32)
+    y = np.zeros_like(x)
+    assert run_checked(EDGE.replace("VALUE", "x[start + l] * 3.0f"), "edge_blocks", y, x, np.uint32(100),
+                       threadgroups=4, threadgroup=32, check="races") == []
+    np.testing.assert_array_equal(y, x * 3)
+    src = EDGE.replace("VALUE", "float(g)")
+    with pytest.raises(mk.KernelFault) as e:
+        run_checked(src, "edge_blocks", y, x, np.uint32(100), threadgroups=4, threadgroup=32, check="races")
+    store = line_of(src, "// store")
+    assert (f"data race between threadgroups (two writes) on device memory 'y' elements 68 to 95: written at "
+            f"edge_blocks.metal:{store} by threadgroup (2, 0, 0), written at edge_blocks.metal:{store} by "
+            "threadgroup (3, 0, 0) (28 times)") in str(e.value), str(e.value)

@@ -553,6 +553,7 @@ py::object PyKernel::call(py::args args, py::kwargs kwargs) {
       batch->fail(e.what());
       return py::none();
     } catch (const KernelFault& e) {
+      warn_findings();  // what the checks found that is a warning, beside the fault
       if (!batch) throw;
       batch->fail(e.what());
       return py::none();

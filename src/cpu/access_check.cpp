@@ -3,6 +3,7 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <cstring>
 #include <stdexcept>
 
 #include "scheduler.h"
@@ -65,6 +66,30 @@ struct State {
   std::vector<Memory> memory;
   std::map<std::tuple<int, bool, uintptr_t, uintptr_t>, Finding> found;
   uint64_t accesses = 0;  // rt_access calls: a finding counts accesses, not bytes
+  // Two writes race only if they store different values (threads storing the same result, or
+  // threadgroups writing an overlapped edge block twice, are harmless): the bytes before the
+  // second store, compared once it is done (at this OS thread's next access).
+  struct PendingWrite {
+    Finding finding;
+    uintptr_t addr;
+    uint64_t n;
+    unsigned char before[8];
+    uint64_t serial;
+  };
+  std::vector<PendingWrite> writes;
+  // With every thread its own fiber, a lane can read before the lane of its SIMD-group that
+  // writes first on the GPU has run: an uninitialised read is reported once its barrier
+  // interval ends, unless its SIMD-group wrote the granule in that interval (then the
+  // reliance on lockstep is the finding).
+  struct PendingRead {
+    Finding finding;
+    size_t memory, cell;
+    unsigned who;
+    uint32_t epoch;
+    uint64_t serial;
+  };
+  std::vector<PendingRead> reads;
+  uint32_t reads_epoch = 0;
 };
 
 State& state() {
@@ -83,21 +108,33 @@ Memory* memory_at(State& s, uintptr_t a) {
   return nullptr;
 }
 
-Finding& noted(State& s, const Finding& fresh) {
+// `serial`: the access that found it (a finding counts accesses, however many granules they touch).
+Finding& noted(State& s, const Finding& fresh, uint64_t serial) {
   auto key = std::make_tuple(int(fresh.kind) | int(fresh.between_groups) << 4 | int(fresh.on_device) << 5, fresh.lockstep, fresh.first_pc, fresh.second_pc);
   auto it = s.found.find(key);
   if (it == s.found.end()) it = s.found.emplace(key, fresh).first;
   Finding& x = it->second;
-  if (x.last_access != s.accesses) ++x.count;
-  x.last_access = s.accesses;
+  if (x.last_access != serial) ++x.count;
+  x.last_access = serial;
   x.lo = std::min(x.lo, fresh.lo);
   x.hi = std::max(x.hi, fresh.hi);
   return x;
 }
 
+// A finding, or for two writes, one to settle once the second is done (State::writes).
+void noted_or_pending(State& s, const Finding& x, uintptr_t addr, uint64_t n) {
+  if (x.kind != Hazard::WriteAfterWrite || !n) {
+    noted(s, x, s.accesses);
+    return;
+  }
+  State::PendingWrite p{x, addr, std::min<uint64_t>(n, 8), {}, s.accesses};
+  std::memcpy(p.before, reinterpret_cast<const void*>(addr), p.n);
+  s.writes.push_back(p);
+}
+
 // A race between threadgroups on a watched device buffer: `other` is the other group's linear index.
 void note_device(State& s, const RunningFiber& f, const AccessReport::Device& d, uint64_t offset, Hazard kind,
-                 uint64_t other, uint32_t other_pc, uint32_t pc) {
+                 uint64_t other, uint32_t other_pc, uint32_t pc, uintptr_t addr = 0, uint64_t bytes = 0) {
   if (!(s.checks & kCheckRaces)) return;
   const unsigned* n = s.report->ngroups;
   Finding x{kind, false, s.report->code_base + (other_pc & ~kTop), s.report->code_base + pc};
@@ -112,11 +149,11 @@ void note_device(State& s, const RunningFiber& f, const AccessReport::Device& d,
   x.memory = d.name;
   x.elem_size = d.elem_size;
   x.lo = x.hi = offset;
-  noted(s, x);
+  noted_or_pending(s, x, addr, bytes);
 }
 
 void note(State& s, const RunningFiber& f, const std::string& name, uint64_t elem_size, uint64_t offset, Hazard kind,
-          unsigned other, uint32_t other_pc, uint32_t pc, bool on_device = false);
+          unsigned other, uint32_t other_pc, uint32_t pc, bool on_device = false, uintptr_t addr = 0, uint64_t n = 0);
 
 void device_access(State& s, const RunningFiber& f, AccessReport::Device& d, uint64_t first, uint64_t last,
                    bool reads, bool write, bool atomic, uint32_t pc) {
@@ -139,8 +176,10 @@ void device_access(State& s, const RunningFiber& f, AccessReport::Device& d, uin
       note_device(s, f, d, o, Hazard::ReadAfterWrite, w - 1, wpc, pc);
     if (reads && w_here) note(s, f, d.name, d.elem_size, o, Hazard::ReadAfterWrite, c.w_thread, wpc_at, pc, true);
     if (write) {
-      if (w && w != me && !both_atomic_w) note_device(s, f, d, o, Hazard::WriteAfterWrite, w - 1, wpc, pc);
-      if (w_here) note(s, f, d.name, d.elem_size, o, Hazard::WriteAfterWrite, c.w_thread, wpc_at, pc, true);
+      if (w && w != me && !both_atomic_w)
+        note_device(s, f, d, o, Hazard::WriteAfterWrite, w - 1, wpc, pc, d.lo + o, d.granule);
+      if (w_here)
+        note(s, f, d.name, d.elem_size, o, Hazard::WriteAfterWrite, c.w_thread, wpc_at, pc, true, d.lo + o, d.granule);
       const uint32_t r = __atomic_load_n(&c.r_group, __ATOMIC_RELAXED);
       const uint32_t rpc = __atomic_load_n(&c.r_pc, __ATOMIC_RELAXED);
       const uint32_t rg = r & ~kTop;
@@ -170,7 +209,7 @@ void device_access(State& s, const RunningFiber& f, AccessReport::Device& d, uin
 }
 
 void note(State& s, const RunningFiber& f, const std::string& name, uint64_t elem_size, uint64_t offset, Hazard kind,
-          unsigned other, uint32_t other_pc, uint32_t pc, bool on_device) {
+          unsigned other, uint32_t other_pc, uint32_t pc, bool on_device, uintptr_t addr, uint64_t n) {
   const unsigned me = f.index;
   const bool lockstep = kind != Hazard::Uninitialised && other != kSeveral && other / 32 == me / 32 &&
                         !(kind == Hazard::WriteAfterWrite && other_pc == pc);
@@ -186,11 +225,31 @@ void note(State& s, const RunningFiber& f, const std::string& name, uint64_t ele
   x.on_device = on_device;
   x.elem_size = elem_size;
   x.lo = x.hi = offset;
-  noted(s, x);
+  noted_or_pending(s, x, addr, n);
 }
 
 size_t cells_bytes(uint64_t size, uint64_t granule) {
   return (size + granule - 1) / granule * sizeof(AccessReport::Device::Cell);
+}
+
+// The second writes of State::writes are done now: those that changed the bytes are races.
+void settle_writes(State& s) {
+  for (const State::PendingWrite& p : s.writes)
+    if (std::memcmp(reinterpret_cast<const void*>(p.addr), p.before, p.n) != 0) noted(s, p.finding, p.serial);
+  s.writes.clear();
+}
+
+// The barrier interval of State::reads has ended: each read its SIMD-group's own write did not
+// follow (which lockstep would have put first, and which is reported as lockstep) was uninitialised.
+void settle_reads(State& s) {
+  for (const State::PendingRead& p : s.reads) {
+    const Cell& c = s.memory[p.memory].cells[p.cell];
+    // (An atomic update reads too: every one of them read the unset value.)
+    const bool lockstep = c.w_epoch == p.epoch && c.w_who != kGroupWrite && c.w_who != p.who &&
+                          c.w_who / 32 == p.who / 32 && !c.w_atomic;
+    if (!lockstep) noted(s, p.finding, p.serial);
+  }
+  s.reads.clear();
 }
 
 }  // namespace
@@ -257,6 +316,8 @@ AccessScope::AccessScope(uint32_t checks, AccessReport* report, std::vector<Chec
 AccessScope::~AccessScope() {
   armed = nullptr;
   State& s = state();
+  settle_writes(s);
+  settle_reads(s);
   std::vector<Finding> found;
   for (auto& kv : s.found) found.push_back(kv.second);
   s.found.clear();
@@ -272,6 +333,8 @@ void rt_access(const void* addr, mk_u64 size, unsigned flags, const void* pc) {
   const uintptr_t a = reinterpret_cast<uintptr_t>(addr);
   const RunningFiber& f = *s.fiber;
   if (!f.running) return;
+  if (!s.writes.empty()) settle_writes(s);
+  if (!s.reads.empty() && s.reads_epoch != f.epoch) settle_reads(s);
   const bool write = flags & MK_ACCESS_WRITE, atomic = flags & MK_ACCESS_ATOMIC;
   const bool reads = !write || (flags & MK_ACCESS_UPDATE);
   // The call, not the instruction after it, as an offset from the module's code.
@@ -298,14 +361,26 @@ void rt_access(const void* addr, mk_u64 size, unsigned flags, const void* pc) {
     const uint64_t byte = k * g;
     const bool written = c.w_epoch >= f.group_epoch;
     if (reads) {
-      if (!written)
+      if (!written && f.lanes == 1 && (s.checks & kCheckUninit)) {  // settled when the interval ends
+        const size_t mi = size_t(m - s.memory.data());
+        const uintptr_t base = s.report->code_base;
+        Finding x{Hazard::Uninitialised, false, 0, base + at};
+        std::copy(f.pos, f.pos + 3, x.group);
+        x.first_thread = x.second_thread = me;
+        x.memory = m->name;
+        x.elem_size = m->elem_size;
+        x.lo = x.hi = byte;
+        s.reads.push_back({x, mi, size_t(k), me, f.epoch, s.accesses});
+        s.reads_epoch = f.epoch;
+      } else if (!written) {
         note(s, f, m->name, m->elem_size, byte, Hazard::Uninitialised, me, 0, at);
+      }
       else if (c.w_epoch == f.epoch && c.w_who != me && c.w_who != kGroupWrite && !(atomic && c.w_atomic))
         note(s, f, m->name, m->elem_size, byte, Hazard::ReadAfterWrite, c.w_who, c.w_pc, at);
     }
     if (write) {
       if (written && c.w_epoch == f.epoch && c.w_who != me && c.w_who != kGroupWrite && !(atomic && c.w_atomic))
-        note(s, f, m->name, m->elem_size, byte, Hazard::WriteAfterWrite, c.w_who, c.w_pc, at);
+        note(s, f, m->name, m->elem_size, byte, Hazard::WriteAfterWrite, c.w_who, c.w_pc, at, false, m->lo + byte, g);
       if (c.r_epoch == f.epoch && (c.r_who != me || c.r_many) && !(atomic && c.r_atomic))
         note(s, f, m->name, m->elem_size, byte, Hazard::WriteAfterRead, c.r_who != me ? c.r_who : c.r_other, c.r_pc,
              at);
