@@ -23,6 +23,23 @@ require("mlx")
 
 HERE = Path(__file__).resolve().parent
 
+# Findings in the real code, each explained: recipe name prefix -> (text the finding or error
+# holds, why it is upstream's and harmless on Apple GPUs).
+KNOWN = {
+    "contig_scan[": ("uninitialised read of threadgroup memory 'simdgroup_sums'",
+                     "MLX's scan (scan.h:335) has SIMD-group 0 scan all 32 slots of simdgroup_sums, of which only "
+                     "one per SIMD-group was written; an exclusive scan's lane depends only on the lanes below it, "
+                     "so the unwritten slots reach no result that is used"),
+    "gemv[t-": ("divergent barrier",
+                "MLX's gemv_t (gemv.h:350) reaches a threadgroup_barrier with only some lanes of a SIMD-group, "
+                "which the MSL specification does not allow and Apple GPUs run (a barrier counts SIMD-groups); "
+                "check=\"barriers\" is the specification's rule"),
+}
+
+
+def known(name: str, text: str) -> bool:
+    return any(name.startswith(prefix) and needle in text for prefix, (needle, _) in KNOWN.items())
+
 CHILD = r"""
 import json, sys, traceback, warnings, zlib
 import numpy as np
@@ -73,9 +90,10 @@ def test_real_kernels_report_nothing_under_every_check(corpus, tmp_path):
     assert results, "no recipe ran"
     problems = []
     for name, r in results.items():
-        if r["error"]:
+        if r["error"] and not known(name, r["error"]):
             problems.append(f"{name}: {r['error']}")
-        unexpected = [f for f in r["findings"] if not (r["lockstep"] and "relies on SIMD-group lockstep" in f)]
+        unexpected = [f for f in r["findings"]
+                      if not (r["lockstep"] and "relies on SIMD-group lockstep" in f) and not known(name, f)]
         problems += [f"{name}: {f}" for f in unexpected]
     assert not problems, f"{len(problems)} problems in {len(results)} recipes:\n" + "\n".join(problems[:20])
     relying = [name for name, r in results.items() if r["lockstep"]]
