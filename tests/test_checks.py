@@ -242,3 +242,25 @@ def test_two_writes_of_the_same_value_do_not_race_and_of_different_values_do():
     assert (f"data race between threadgroups (two writes) on device memory 'y' elements 68 to 95: written at "
             f"edge_blocks.metal:{store} by threadgroup (2, 0, 0), written at edge_blocks.metal:{store} by "
             "threadgroup (3, 0, 0) (28 times)") in str(e.value), str(e.value)
+
+
+BROADCAST = """
+kernel void broadcast(device const float* x [[buffer(0)]], device float* y [[buffer(1)]],
+                      uint i [[thread_position_in_grid]], uint lane [[thread_index_in_simdgroup]],
+                      uint sg [[simdgroup_index_in_threadgroup]]) {
+    threadgroup float first[2];
+    if (lane == 0) first[sg] = x[i];               // lane 0
+    SYNC
+    y[i] = x[i] - first[sg];                       // every lane
+}
+"""
+
+
+def test_a_simdgroup_barrier_orders_its_lanes_and_without_it_they_rely_on_lockstep():
+    x = np.random.default_rng(7).random(64).astype(np.float32)
+    found = run_checked(BROADCAST.replace("SYNC", ""), "broadcast", x, np.zeros_like(x), grid=64, threadgroup=64)
+    assert found and all("relies on SIMD-group lockstep (a write, then a read)" in f for f in found), found
+    y = np.zeros_like(x)
+    assert run_checked(BROADCAST.replace("SYNC", "simdgroup_barrier(mem_flags::mem_threadgroup);"), "broadcast",
+                       x, y, grid=64, threadgroup=64) == []
+    np.testing.assert_array_equal(y, x - np.repeat(x[::32], 32))

@@ -143,9 +143,9 @@ def fresh_kernel_runs(rng, mul: int, add: int, n: int) -> None:
 
 def test_a_compiler_that_cannot_precompile_builds_without(monkeypatch, rng):
     key = f"test-{uuid.uuid4().hex}"  # a header no run has built
-    monkeypatch.setattr(pch, "_key", lambda tc, fast_math, prefix: key)
+    monkeypatch.setattr(pch, "_key", lambda tc, fast_math, prefix, checked: key)
     monkeypatch.setattr(toolchain.Toolchain, "precompile",
-                        lambda self, header, output, fast_math: self._codegen(header, fast_math) +
+                        lambda self, header, output, fast_math, checked=False: self._codegen(header, fast_math) +
                         ["-fno-such-flag-anywhere", "-x", "c++-header", header, "-o", output])
     calls = []
     real = pch._build
@@ -289,7 +289,7 @@ def test_a_damaged_or_failing_record_of_zigs_commands_is_done_without(tmp_path, 
 def test_commands_that_do_not_reproduce_zigs_output_are_not_kept_nor_read_again(monkeypatch, rng):
     from metalkit.msl import zig_direct
     key = f"test-{uuid.uuid4().hex}"  # a header of its own, with no commands recorded
-    monkeypatch.setattr(pch, "_key", lambda tc, fast_math, prefix: key)
+    monkeypatch.setattr(pch, "_key", lambda tc, fast_math, prefix, checked: key)
     monkeypatch.setattr(zig_direct, "_reproduces", lambda found, source, output: False)
     calls = []
     real = zig_direct.compile_and_record

@@ -48,6 +48,7 @@ struct Cell {
   bool w_atomic = false, r_atomic = false;
   bool r_many = false;                // several threads read it in r_epoch
   uint32_t w_pc = 0, r_pc = 0;
+  uint32_t w_sg = 0, r_sg = 0;        // the accessing SIMD-group's simdgroup_barriers so far
 };
 
 struct Memory {
@@ -109,6 +110,15 @@ Memory* memory_at(State& s, uintptr_t a) {
 }
 
 // `serial`: the access that found it (a finding counts accesses, however many granules they touch).
+Finding finding(Hazard kind, bool lockstep, uintptr_t first_pc, uintptr_t second_pc) {
+  Finding x;
+  x.kind = kind;
+  x.lockstep = lockstep;
+  x.first_pc = first_pc;
+  x.second_pc = second_pc;
+  return x;
+}
+
 Finding& noted(State& s, const Finding& fresh, uint64_t serial) {
   auto key = std::make_tuple(int(fresh.kind) | int(fresh.between_groups) << 4 | int(fresh.on_device) << 5, fresh.lockstep, fresh.first_pc, fresh.second_pc);
   auto it = s.found.find(key);
@@ -137,7 +147,7 @@ void note_device(State& s, const RunningFiber& f, const AccessReport::Device& d,
                  uint64_t other, uint32_t other_pc, uint32_t pc, uintptr_t addr = 0, uint64_t bytes = 0) {
   if (!(s.checks & kCheckRaces)) return;
   const unsigned* n = s.report->ngroups;
-  Finding x{kind, false, s.report->code_base + (other_pc & ~kTop), s.report->code_base + pc};
+  Finding x = finding(kind, false, s.report->code_base + (other_pc & ~kTop), s.report->code_base + pc);
   x.between_groups = x.on_device = true;
   x.several_groups = other == kSeveralGroups;
   if (!x.several_groups) {
@@ -216,7 +226,7 @@ void note(State& s, const RunningFiber& f, const std::string& name, uint64_t ele
   if (lockstep ? !(s.checks & kCheckLockstep) : !(s.checks & (kind == Hazard::Uninitialised ? kCheckUninit : kCheckRaces)))
     return;
   const uintptr_t base = s.report->code_base;
-  Finding x{kind, lockstep, other_pc ? base + other_pc : 0, base + pc};
+  Finding x = finding(kind, lockstep, other_pc ? base + other_pc : 0, base + pc);
   std::copy(f.pos, f.pos + 3, x.group);
   x.first_thread = other;
   x.second_thread = me;
@@ -356,6 +366,11 @@ void rt_access(const void* addr, mk_u64 size, unsigned flags, const void* pc) {
   const uint16_t me = uint16_t(f.index);
   const uint64_t g = m->granule, o = a - m->lo;
   const uint64_t first = o / g, last = (std::min<uint64_t>(m->size, o + size) + g - 1) / g;
+  // Another thread's access of this interval, unless a simdgroup_barrier of their one
+  // SIMD-group came between.
+  auto unordered = [&](uint32_t epoch, unsigned who, uint32_t sg) {
+    return epoch == f.epoch && who != me && (who / 32 != me / 32 || sg == f.sg_epoch);
+  };
   for (uint64_t k = first; k < last; ++k) {
     Cell& c = m->cells[k];
     const uint64_t byte = k * g;
@@ -364,7 +379,7 @@ void rt_access(const void* addr, mk_u64 size, unsigned flags, const void* pc) {
       if (!written && f.lanes == 1 && (s.checks & kCheckUninit)) {  // settled when the interval ends
         const size_t mi = size_t(m - s.memory.data());
         const uintptr_t base = s.report->code_base;
-        Finding x{Hazard::Uninitialised, false, 0, base + at};
+        Finding x = finding(Hazard::Uninitialised, false, 0, base + at);
         std::copy(f.pos, f.pos + 3, x.group);
         x.first_thread = x.second_thread = me;
         x.memory = m->name;
@@ -375,19 +390,21 @@ void rt_access(const void* addr, mk_u64 size, unsigned flags, const void* pc) {
       } else if (!written) {
         note(s, f, m->name, m->elem_size, byte, Hazard::Uninitialised, me, 0, at);
       }
-      else if (c.w_epoch == f.epoch && c.w_who != me && c.w_who != kGroupWrite && !(atomic && c.w_atomic))
+      else if (unordered(c.w_epoch, c.w_who, c.w_sg) && c.w_who != kGroupWrite && !(atomic && c.w_atomic))
         note(s, f, m->name, m->elem_size, byte, Hazard::ReadAfterWrite, c.w_who, c.w_pc, at);
     }
     if (write) {
-      if (written && c.w_epoch == f.epoch && c.w_who != me && c.w_who != kGroupWrite && !(atomic && c.w_atomic))
+      if (written && unordered(c.w_epoch, c.w_who, c.w_sg) && c.w_who != kGroupWrite && !(atomic && c.w_atomic))
         note(s, f, m->name, m->elem_size, byte, Hazard::WriteAfterWrite, c.w_who, c.w_pc, at, false, m->lo + byte, g);
-      if (c.r_epoch == f.epoch && (c.r_who != me || c.r_many) && !(atomic && c.r_atomic))
+      if (c.r_epoch == f.epoch && (c.r_who != me || c.r_many) && !(atomic && c.r_atomic) &&
+          (c.r_many || unordered(c.r_epoch, c.r_who, c.r_sg)))
         note(s, f, m->name, m->elem_size, byte, Hazard::WriteAfterRead, c.r_who != me ? c.r_who : c.r_other, c.r_pc,
              at);
       c.w_epoch = f.epoch;
       c.w_who = me;
       c.w_atomic = atomic;
       c.w_pc = at;
+      c.w_sg = f.sg_epoch;
     } else if (c.r_epoch == f.epoch) {
       if (!c.r_many && c.r_who != me) {
         c.r_many = true;
@@ -400,6 +417,7 @@ void rt_access(const void* addr, mk_u64 size, unsigned flags, const void* pc) {
       c.r_many = false;
       c.r_atomic = atomic;
       c.r_pc = at;
+      c.r_sg = f.sg_epoch;
     }
   }
 }

@@ -31,6 +31,7 @@ struct RunningFiber {
   unsigned index = 0, lanes = 1;
   unsigned pos[3] = {0, 0, 0};
   uint32_t epoch = 0, group_epoch = 0;
+  uint32_t sg_epoch = 0;  // threads: simdgroup_barriers its SIMD-group completed in this group
 };
 const RunningFiber& running_fiber();
 
