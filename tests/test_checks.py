@@ -170,3 +170,28 @@ def test_check_names_can_be_given_as_a_list_and_the_cheap_checks_still_work():
     assert not x.any()
     lib.k(x, grid=4, check=("races", "uninit"))
     assert x.tolist() == [1.0] * 4
+
+
+SHIFT = """
+kernel void shift(device const float* x [[buffer(0)]], device float* y [[buffer(1)]],
+                  uint i [[thread_position_in_grid]], uint l [[thread_position_in_threadgroup]]) {
+    threadgroup float s[64];
+    threadgroup float w[4] = {1.0f, 2.0f, 3.0f, 4.0f};
+    s[l] = x[i] * w[l % 4];
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    y[i] = s[NEXT];                                // load
+}
+"""
+
+
+def test_a_kernel_scope_threadgroup_array_is_guarded_in_the_checked_build():
+    x = np.random.default_rng(4).random(128).astype(np.float32)
+    src = SHIFT.replace("NEXT", "l + 1")
+    with pytest.raises(mk.KernelFault, match=rf"past the end of threadgroup variable 's' of 64 elements \(element 64\), "
+                                             rf"in threadgroup \(\d, 0, 0\), thread 63 .* at shift.metal:"
+                                             rf"{line_of(src, '// load')}"):
+        run_checked(src, "shift", x, np.zeros_like(x), grid=128, threadgroup=64)
+    y = np.zeros_like(x)
+    assert run_checked(SHIFT.replace("NEXT", "(l + 1) % 64"), "shift", x, y, grid=128, threadgroup=64) == []
+    w = np.tile(np.float32([1, 2, 3, 4]), 32)
+    np.testing.assert_array_equal(y, np.roll((x * w).reshape(2, 64), -1, axis=1).ravel())
