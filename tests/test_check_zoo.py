@@ -11,6 +11,7 @@ checked build is one compile per kernel, made when a kernel first runs under "al
 from __future__ import annotations
 
 import re
+import sys
 import warnings
 from dataclasses import dataclass, field
 from typing import Callable
@@ -334,6 +335,39 @@ kernel void total_race(device const int* x [[buffer(0)]], device int* partial [[
      reference=lambda a: {1: np.array([a[0][s:e].sum() for s, e in segments(len(a[0]))], np.int32),
                           2: np.array([a[0].sum()], np.int32)},
      bug_xfail="the checks do not look at device memory yet: a race between threadgroups is not reported")
+
+
+def spread_inputs(rng):
+    pos = np.concatenate([rng.choice(1024, e - s, replace=False) for s, e in segments(N)]).astype(np.uint32)
+    return [floats(rng), pos, np.full(4 * 1024, -7.0, np.float32)], dict(grid=N, threadgroup=TG)
+
+
+def spread_reference(a):
+    y = np.zeros((4, 1024), np.float32)
+    for s, e in segments(N):
+        y[s // TG, a[1][s:e]] = a[0][s:e]
+    return {2: y.ravel()}
+
+
+# A store-only loop with a constant stride (zeroing a row cooperatively) is vectorised into
+# scatters where the processor has them (AVX-512), and the checked build does not see those stores.
+SCATTER = bool(re.search(r"\bavx512f\b", open("/proc/cpuinfo").read())) if sys.platform.startswith("linux") else False
+case(name="spread_race", kind="race", first="zero", second="place", detail="threadgroup memory 'row'", src=f"""
+kernel void spread_race(device const float* x [[buffer(0)]], device const uint* pos [[buffer(1)]],
+                        device float* y [[buffer(2)]], uint i [[thread_position_in_grid]],
+                        uint l [[thread_position_in_threadgroup]], uint g [[threadgroup_position_in_grid]]) {{
+    threadgroup float row[1024];
+    for (uint k = l; k < 1024; k += 64) row[k] = 0.0f;          // <zero> cooperatively
+    {BARRIER}                                                   // [fix]
+    row[pos[i]] = x[i];                                         // <place> (the group's positions differ)
+    {BARRIER}
+    for (uint k = l; k < 1024; k += 64) y[g * 1024 + k] = row[k];
+}}
+""", inputs=spread_inputs, reference=spread_reference,
+     bug_xfail="the zeroing loop's stores are vectorised into AVX-512 scatters, which the checked build's "
+               "instrumentation does not see: the race with them is not reported" if SCATTER else None,
+     fix_xfail="the zeroing loop's stores are vectorised into AVX-512 scatters, which the checked build's "
+               "instrumentation does not see: the zeroed row is reported as read uninitialised" if SCATTER else None)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -700,7 +734,7 @@ kernel void tg_hist_overrun(device const float* v [[buffer(0)]], device atomic_u
 # Divergent barriers (check=True)
 # ---------------------------------------------------------------------------------------------
 
-def pair_swap(x, n, grid):
+def pair_swap(x, n):
     y = np.zeros(n, np.float32)
     for i in range(n):
         y[i] = x[i ^ 1] if (i ^ 1) < n else 0.0
@@ -723,7 +757,7 @@ kernel void guarded_block(device const float* x [[buffer(0)]], device float* y [
     if (i < n) y[i] = t[l ^ 1];                    // [fix]
 }}
 """, inputs=lambda rng: ([floats(rng), np.zeros(N, np.float32), N], dict(grid=up(N), threadgroup=TG)),
-     reference=lambda a: {1: pair_swap(a[0], N, up(N))})
+     reference=lambda a: {1: pair_swap(a[0], N)})
 
 # `if (lid < k)` around a barrier, where the threads left out are a whole SIMD-group.
 case(name="first_k_sum", kind="barrier", check=True, first="barrier", detail="", src=f"""
@@ -765,7 +799,7 @@ kernel void early_exit(device const float* x [[buffer(0)]], device float* y [[bu
     if (i < n) y[i] = t[l ^ 1];
 }}
 """, inputs=lambda rng: ([floats(rng), np.zeros(N, np.float32), N], dict(grid=up(N), threadgroup=TG)),
-     reference=lambda a: {1: pair_swap(a[0], N, up(N))},
+     reference=lambda a: {1: pair_swap(a[0], N)},
      bug_xfail="a thread that returns before a barrier the others reach counts as arrived: an early return "
                "before a barrier (threads 11-63 of the last threadgroup) is not reported")
 

@@ -195,3 +195,20 @@ def test_a_kernel_scope_threadgroup_array_is_guarded_in_the_checked_build():
     assert run_checked(SHIFT.replace("NEXT", "(l + 1) % 64"), "shift", x, y, grid=128, threadgroup=64) == []
     w = np.tile(np.float32([1, 2, 3, 4]), 32)
     np.testing.assert_array_equal(y, np.roll((x * w).reshape(2, 64), -1, axis=1).ravel())
+
+
+def test_a_kernel_scope_array_is_guarded_at_its_own_end_after_a_larger_one_used_the_storage():
+    big = """
+kernel void big(device const float* x [[buffer(0)]], device float* y [[buffer(1)]],
+                uint l [[thread_position_in_threadgroup]], uint n [[threads_per_threadgroup]]) {
+    threadgroup float s[4096];
+    for (uint k = l; k < 4096; k += n) s[k] = x[k];
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    for (uint k = l; k < 4096; k += n) y[k] = s[4095 - k];
+}
+"""
+    x = np.random.default_rng(5).random(4096).astype(np.float32)
+    y = np.zeros_like(x)
+    assert run_checked(big, "big", x, y, grid=64, threadgroup=64) == []
+    np.testing.assert_array_equal(y, x[::-1])
+    test_a_kernel_scope_threadgroup_array_is_guarded_in_the_checked_build()

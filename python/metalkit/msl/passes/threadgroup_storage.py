@@ -73,8 +73,8 @@ def _rewrite_body(unit: Unit, a: int, b: int, checked: bool) -> None:
                 refs = _initialise(unit, i, names[0], init, m, f"__mk_tg_{toks[names[0]].text}") + " " + refs
         else:
             # Bound to guarded storage; the thread-local only tells variables apart. The
-            # initializer's copy comes before the runtime hears of the variable, which then
-            # counts its bytes as written by the group, not by the thread that copied.
+            # initializer's copy comes before the thread names the variable to the runtime,
+            # which then counts its bytes as written by the group, not by the thread that copied.
             refs = " ".join(f'auto& {toks[k].text} = ::metal::__mk::checked_threadgroup_storage('
                             f'__mk_tg_{toks[k].text}, "{toks[k].text}");' for k in names)
             if init is not None:
