@@ -11,7 +11,6 @@ checked build is one compile per kernel, made when a kernel first runs under "al
 from __future__ import annotations
 
 import re
-import sys
 import warnings
 from dataclasses import dataclass, field
 from typing import Callable
@@ -312,7 +311,8 @@ kernel void reuse_race(device const float* x [[buffer(0)]], device float* y [[bu
 
 # Between threadgroups, on device memory: the first group sums every group's partial, which the
 # other groups may not have written yet.
-case(name="total_race", kind="race", first="partial", second="sum", detail="", src=f"""
+case(name="total_race", kind="race", first="partial", second="sum",
+     detail="data race between threadgroups .* on device memory 'partial'", src=f"""
 kernel void total_race(device const int* x [[buffer(0)]], device int* partial [[buffer(1)]],
                        device atomic_int* total [[buffer(2)]], constant uint& n [[buffer(3)]],
                        uint i [[thread_position_in_grid]], uint l [[thread_position_in_threadgroup]],
@@ -334,12 +334,12 @@ kernel void total_race(device const int* x [[buffer(0)]], device int* partial [[
                           np.zeros(1, np.int32), 4 * 1024 + 3], dict(grid=up(4 * 1024 + 3), threadgroup=TG)),
      reference=lambda a: {1: np.array([a[0][s:e].sum() for s, e in segments(len(a[0]))], np.int32),
                           2: np.array([a[0].sum()], np.int32)},
-     bug_xfail="the checks do not look at device memory yet: a race between threadgroups is not reported")
+)
 
 
 def spread_inputs(rng):
     pos = np.concatenate([rng.choice(1024, e - s, replace=False) for s, e in segments(N)]).astype(np.uint32)
-    return [floats(rng), pos, np.full(4 * 1024, -7.0, np.float32)], dict(grid=N, threadgroup=TG)
+    return [floats(rng), pos, np.full(4 * 1024, -7.0, np.float32), N], dict(grid=up(N), threadgroup=TG)
 
 
 def spread_reference(a):
@@ -349,25 +349,21 @@ def spread_reference(a):
     return {2: y.ravel()}
 
 
-# A store-only loop with a constant stride (zeroing a row cooperatively) is vectorised into
-# scatters where the processor has them (AVX-512), and the checked build does not see those stores.
-SCATTER = bool(re.search(r"\bavx512f\b", open("/proc/cpuinfo").read())) if sys.platform.startswith("linux") else False
+# A store-only loop with a constant stride (zeroing a row cooperatively): a vectoriser makes
+# scatters of it where the processor has them (AVX-512), which instrumentation would not see.
 case(name="spread_race", kind="race", first="zero", second="place", detail="threadgroup memory 'row'", src=f"""
 kernel void spread_race(device const float* x [[buffer(0)]], device const uint* pos [[buffer(1)]],
-                        device float* y [[buffer(2)]], uint i [[thread_position_in_grid]],
-                        uint l [[thread_position_in_threadgroup]], uint g [[threadgroup_position_in_grid]]) {{
+                        device float* y [[buffer(2)]], constant uint& n [[buffer(3)]],
+                        uint i [[thread_position_in_grid]], uint l [[thread_position_in_threadgroup]],
+                        uint g [[threadgroup_position_in_grid]]) {{
     threadgroup float row[1024];
     for (uint k = l; k < 1024; k += 64) row[k] = 0.0f;          // <zero> cooperatively
     {BARRIER}                                                   // [fix]
-    row[pos[i]] = x[i];                                         // <place> (the group's positions differ)
+    if (i < n) row[pos[i]] = x[i];                              // <place> (the group's positions differ)
     {BARRIER}
     for (uint k = l; k < 1024; k += 64) y[g * 1024 + k] = row[k];
 }}
-""", inputs=spread_inputs, reference=spread_reference,
-     bug_xfail="the zeroing loop's stores are vectorised into AVX-512 scatters, which the checked build's "
-               "instrumentation does not see: the race with them is not reported" if SCATTER else None,
-     fix_xfail="the zeroing loop's stores are vectorised into AVX-512 scatters, which the checked build's "
-               "instrumentation does not see: the zeroed row is reported as read uninitialised" if SCATTER else None)
+""", inputs=spread_inputs, reference=spread_reference)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -907,7 +903,7 @@ def findings(fault: str | None, warned: list[str]) -> list[str]:
     return out
 
 
-CLASS = {"race": r"data race \(", "lockstep": r"relies on SIMD-group lockstep \(",
+CLASS = {"race": r"data race (between threadgroups )?\(", "lockstep": r"relies on SIMD-group lockstep \(",
          "uninit": r"uninitialised read of threadgroup memory", "barrier": r"divergent barrier",
          "bounds": r"invalid memory access at address 0x[0-9a-f]+, (past the end|before the start) of"}
 
@@ -929,23 +925,14 @@ def test_the_bug_is_found_with_its_class_and_lines(libs, c):
     assert ok, f"no {c.kind} finding naming {lines} and {c.detail!r} among:\n" + "\n".join(found)
 
 
-# Findings are kept per pair of instructions, and one line often holds several: a loop the
-# compiler unrolled, a line with several loads of one array, code it duplicated. Each copy is then
-# reported on its own, for the same pair of lines.
-UNROLLED = ("one pair of lines is reported several times: findings are grouped by instruction, and the "
-            "compiler made several instructions of one line")
-GROUPING_XFAIL = {name: UNROLLED for name in ("dot_race", "matmul_load_race", "matmul_reuse_race", "simd_scan_shared",
-                                              "simd_max_shared", "matmul_partial_tile", "reduce_unpadded",
-                                              "blur_no_halo", "pingpong_scan", "partials_fixed_loop")}
-GROUPING_XFAIL["total_race"] = "the checks do not look at device memory yet: nothing is reported"
 
 
-@pytest.mark.parametrize("c", [pytest.param(c, id=c.name, marks=marks(GROUPING_XFAIL.get(c.name)))
-                               for c in CASES if c.kind in ("race", "lockstep", "uninit")])
+@pytest.mark.parametrize("c", [pytest.param(c, id=c.name) for c in CASES if c.kind in ("race", "lockstep", "uninit")])
 def test_each_bug_is_reported_once_per_kind_and_pair_of_lines(libs, c):
     args, launch = c.inputs(np.random.default_rng(7))
     found = findings(*run(libs[0], c, args, {**launch, **c.bug_launch}, c.check))
-    keys = [(re.match(r"(data race|relies on SIMD-group lockstep|uninitialised read)( \([^)]*\))?", body(f))[0],
+    keys = [(re.match(r"(data race( between threadgroups)?|relies on SIMD-group lockstep|uninitialised read)"
+                      r"( \([^)]*\))?", body(f))[0],
              tuple(re.findall(r"zoo_bug\.metal:\d+", body(f)))) for f in found]
     assert found and len(keys) == len(set(keys)), "\n".join(found)
 
