@@ -264,3 +264,45 @@ def test_a_simdgroup_barrier_orders_its_lanes_and_without_it_they_rely_on_lockst
     assert run_checked(BROADCAST.replace("SYNC", "simdgroup_barrier(mem_flags::mem_threadgroup);"), "broadcast",
                        x, y, grid=64, threadgroup=64) == []
     np.testing.assert_array_equal(y, x - np.repeat(x[::32], 32))
+
+
+TG_SHIFT = """
+kernel void shift(device const float* x [[buffer(0)]], device float* y [[buffer(1)]],
+                  uint i [[thread_position_in_grid]], uint l [[thread_position_in_threadgroup]]) {
+    threadgroup float s[64];
+    threadgroup float w[4] = {1.0f, 2.0f, 3.0f, 4.0f};
+    s[l] = x[i] * w[l % 4];
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    y[i] = s[NEXT];                                // load
+}
+"""
+
+
+def test_a_kernel_scope_threadgroup_array_is_guarded_in_the_checked_build():
+    x = np.random.default_rng(4).random(128).astype(np.float32)
+    src = TG_SHIFT.replace("NEXT", "l + 1")
+    with pytest.raises(mk.KernelFault, match=rf"past the end of threadgroup variable 's' of 64 elements \(element 64\), "
+                                             rf"in threadgroup \(\d, 0, 0\), thread 63 .* at shift.metal:"
+                                             rf"{line_of(src, '// load')}"):
+        run_checked(src, "shift", x, np.zeros_like(x), grid=128, threadgroup=64)
+    y = np.zeros_like(x)
+    assert run_checked(TG_SHIFT.replace("NEXT", "(l + 1) % 64"), "shift", x, y, grid=128, threadgroup=64) == []
+    w = np.tile(np.float32([1, 2, 3, 4]), 32)
+    np.testing.assert_array_equal(y, np.roll((x * w).reshape(2, 64), -1, axis=1).ravel())
+
+
+def test_a_kernel_scope_array_is_guarded_at_its_own_end_after_a_larger_one_used_the_storage():
+    big = """
+kernel void big(device const float* x [[buffer(0)]], device float* y [[buffer(1)]],
+                uint l [[thread_position_in_threadgroup]], uint n [[threads_per_threadgroup]]) {
+    threadgroup float s[4096];
+    for (uint k = l; k < 4096; k += n) s[k] = x[k];
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    for (uint k = l; k < 4096; k += n) y[k] = s[4095 - k];
+}
+"""
+    x = np.random.default_rng(5).random(4096).astype(np.float32)
+    y = np.zeros_like(x)
+    assert run_checked(big, "big", x, y, grid=64, threadgroup=64) == []
+    np.testing.assert_array_equal(y, x[::-1])
+    test_a_kernel_scope_threadgroup_array_is_guarded_in_the_checked_build()

@@ -73,7 +73,8 @@ std::string stray(const std::string& what, int64_t offset, uint64_t elem_size) {
 
 // Which argument an address strays from, or "". In the guard of a guarded
 // allocation (checked copies, metalkit arrays): the argument in it, however far;
-// in checked threadgroup memory: that slot; otherwise an argument within 64 KiB.
+// in checked threadgroup memory: that slot, or that kernel-scope variable of a checked build; otherwise an
+// argument within 64 KiB.
 std::string near_argument(const KernelSpec& spec, const Launch& l, uintptr_t addr) {
   uintptr_t gdata = 0;
   size_t gsize = 0;
@@ -119,6 +120,10 @@ std::string near_argument(const KernelSpec& spec, const Launch& l, uintptr_t add
                    offset, std::max<uint64_t>(a.elem_size, 1));
     }
   }
+  std::string var;
+  uint64_t elem = 1, size = 0;
+  if (best.empty() && checked_threadgroup_variable_at(addr, &var, &elem, &size, &offset))
+    return stray("threadgroup variable '" + var + "' of " + std::to_string(size / elem) + " elements", offset, elem);
   return best.empty() ? nearest(false) : best;
 }
 
@@ -186,6 +191,7 @@ Fault run_trapped(const mk_kernel_info& k, const mk_dispatch& d, uint64_t first,
                   const KernelSpec& spec, const Launch& l, const CheckedSlots* checked, AccessReport* report,
                   const StopPoint& stop, bool* stopped) {
   char* arena = checked ? checked_threadgroup_arena(checked->sizes, checked->offsets) : tg_arena();
+  forget_threadgroup_variables();  // a checked build's kernel-scope variables take cells as they are reached
   prepare_fault_handling();
   set_shuffle_seed(seed);
   set_strict_barriers(l.checks & kCheckBarriers);

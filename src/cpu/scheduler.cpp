@@ -8,6 +8,7 @@
 #include "access_check.h"
 #include "fault.h"
 #include "fiber.h"
+#include "guarded.h"
 
 namespace mk {
 namespace {
@@ -491,10 +492,15 @@ void rt_simt_diverged(unsigned sg, unsigned missing, const char* file, int line)
   rt_fault(diverged(sg, missing, nullptr, 0).c_str(), file, line);
 }
 
+// A checked build's kernel-scope threadgroup variable: guarded storage (guarded.h).
+void* rt_threadgroup_storage(const void* key, mk_u64 size, mk_u64 align, mk_u64 elem_size, const char* name) {
+  return checked_threadgroup_variable(key, size, align, elem_size, name);
+}
+
 const mk_runtime runtime = {MK_ABI_VERSION,    run_group,      rt_barrier,       rt_simd_barrier,
                             rt_simd_exchange,  rt_fault,       run_simt_group,   rt_simt_diverged,
                             rt_simt_barrier,   rt_access,      rt_threadgroup_variable,
-                            rt_atomic};
+                            rt_atomic,         rt_threadgroup_storage};
 
 }  // namespace
 

@@ -6,7 +6,7 @@
 
 // Constants are enumerators, not macros: a module's source is preprocessed
 // before its launchers are appended, so macros from here would be gone.
-enum { MK_ABI_VERSION = 9, MK_SIMD_SLOT = 256 };
+enum { MK_ABI_VERSION = 10, MK_SIMD_SLOT = 256 };
 
 #ifdef __cplusplus
 extern "C" {
@@ -168,6 +168,10 @@ typedef struct mk_runtime {
   // done: the instrumentation would turn the module's own atomics back into callbacks. Returns the
   // old value; MK_ATOMIC_CAS compares with *expected (updated on failure) and returns 1 on success.
   mk_u64 (*atomic)(volatile void* addr, unsigned size, unsigned op, mk_u64 value, mk_u64* expected, const void* pc);
+  // Checked modules: where a kernel-scope threadgroup variable lives on this OS thread (`key`, its
+  // thread-local, tells variables apart): `size` bytes aligned to `align` that end right at an
+  // inaccessible guard, so an access past its end faults and is named (src/cpu/guarded.h).
+  void* (*threadgroup_storage)(const void* key, mk_u64 size, mk_u64 align, mk_u64 elem_size, const char* name);
 } mk_runtime;
 
 enum mk_access_flags { MK_ACCESS_WRITE = 1, MK_ACCESS_ATOMIC = 2, MK_ACCESS_UPDATE = 4 /* a write that reads first */ };
