@@ -59,6 +59,7 @@ class Result:
     kernels: list[Kernel]
     files: list[str] = field(default_factory=list)  # user files seen (dependencies)
     structs: list[StructDef] = field(default_factory=list)  # layouts the module describes
+    logs: bool = False  # the user's code names os_log (<metal_logging>): loop launchers tell log calls who runs
 
 
 @dataclass

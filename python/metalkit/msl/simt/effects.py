@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..passes.callgraph import LOG_METHODS
 from . import syntax as sx
 from .resolve import Resolution, space_in
 from .unsupported import Unsupported
@@ -112,6 +113,8 @@ class Effects:
     def is_sync_call(self, c: sx.Call) -> bool:
         name = self.callee_name(c)
         f = c.callee
+        if isinstance(f, sx.Member) and name in LOG_METHODS:
+            return True  # os_log's: called lane by lane with a site, which tells it the lane (logging.h)
         at = f.last if isinstance(f, sx.Name) else f.name if isinstance(f, sx.Member) else None
         said = (self.call_sync or {}).get(at)
         if self.through_tparam(c):
