@@ -225,8 +225,10 @@ def test_messages_before_a_fault_are_delivered(messages):
 def test_a_full_log_keeps_the_first_messages_and_warns(messages):
     lib = mk.compile(HEAD + 'kernel void many(uint i [[thread_position_in_grid]]) { '
                      'os_log_default.log("%u", i); os_log_default.log("again %u", i); }')
-    with pytest.warns(mk.MetalkitWarning, match=r"kernel 'many' logged 8 more messages than the 65536 one call keeps"):
+    with pytest.warns(mk.MetalkitWarning, match=r"kernel 'many' logged 8 more messages than the 65536 one call keeps") \
+            as record:
         lib.many(grid=32772, threadgroup=4)
+    assert record[0].filename == __file__  # the warning points at the call
     assert len(messages) == 65536
     assert [m.text for m in messages[:3]] == ["0", "again 0", "1"]
     assert [m.text for m in messages[-2:]] == ["32767", "again 32767"]

@@ -114,4 +114,4 @@ def deliver(records: list, dropped_kernel: str, dropped: int, limit: int) -> Non
                               lane_known))
     if dropped:
         warnings.warn(f"kernel '{dropped_kernel}' logged {dropped} more messages than the {limit} one call keeps; "
-                      "they were dropped (log from fewer threads)", MetalkitWarning, stacklevel=3)
+                      "they were dropped (log from fewer threads)", MetalkitWarning, stacklevel=2)

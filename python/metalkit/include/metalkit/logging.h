@@ -50,8 +50,8 @@ template <class T> struct log_value {
       a.size = 8;
     } else if constexpr (__is_floating_point(T)) {
       a.kind = MK_LOG_FLOAT;
-      a.f = (double)(float)v;  // half and bfloat through float (clang has no bfloat -> double)
       if constexpr (sizeof(T) > 4) a.f = (double)v;
+      else a.f = (double)(float)v;  // half and bfloat through float (clang has no bfloat -> double)
       a.size = 8;
     } else if constexpr (__is_same(T, bool)) {
       a.kind = MK_LOG_INT;
