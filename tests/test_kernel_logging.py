@@ -285,3 +285,20 @@ def test_calls_queued_in_a_batch_deliver_when_it_completes(messages):
     finally:
         _core._emulate_gpu_batches(False)
     assert [m.text for m in messages] == ["b 0", "b 0", "b 1"]
+
+
+def test_loop_and_simt_kernels_of_one_module_each_name_their_threads(messages):
+    """A loop launcher points log calls at its thread's ids; every other launcher clears that per group."""
+    lib = mk.compile(HEAD + '''
+    kernel void looped(uint i [[thread_position_in_grid]]) { if (i == 6) os_log_default.log("loop %u", i); }
+    kernel void simt(device float* out [[buffer(0)]], uint l [[thread_index_in_threadgroup]]) {
+        out[l] = simd_sum(float(l));
+        if (l == 40) os_log_default.log("simt %u", l);
+    }''')
+    lib.looped(grid=8, threadgroup=4)
+    lib.simt(np.zeros(64, np.float32), grid=64, threadgroup=64)
+    lib.looped(grid=8, threadgroup=4)
+    assert (lib.looped.execution, lib.simt.execution) == ("loop", "simt")
+    assert lines(messages) == ["looped (threadgroup (1, 0, 0), thread (2, 0, 0)): loop 6",
+                               "simt (threadgroup (0, 0, 0), thread (40, 0, 0)): simt 40",
+                               "looped (threadgroup (1, 0, 0), thread (2, 0, 0)): loop 6"]
