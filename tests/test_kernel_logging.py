@@ -200,16 +200,25 @@ def test_simt_fibers_and_threads_agree(messages, execution):
         f"{t.format(g=1, l=37)}: lane 5 of 1", f"{t.format(g=1, l=40)}: before the barrier: lane 8 of SIMD-group 1"]
 
 
-def test_a_simt_log_in_a_helper_names_the_simd_group(messages):
-    lib = mk.compile(HEAD + '''void note(uint l) { os_log_default.log("helper %u", l); }
+def test_simt_log_calls_in_helpers_and_methods_name_their_thread(messages):
+    """A helper that logs is called lane by lane, each call told its lane (simt.h invoke_logging)."""
+    lib = mk.compile(HEAD + '''void inner(uint l) { os_log_default.log("inner %u", l); }
+    float outer(uint l) { inner(l); return 2.0f; }
+    struct Tracer { void note(uint l) const { os_log_default.log_debug("method %u", l); } };
     kernel void h(device float* out [[buffer(0)]], uint l [[thread_index_in_threadgroup]]) {
         out[l] = simd_sum(float(l));
-        if (l == 35) note(l);
+        if (l == 35) out[l] += outer(l);
+        Tracer t;
+        if (l == 3 || l == 60) t.note(l);
     }''')
-    lib.h(np.zeros(64, np.float32), grid=64, threadgroup=64)
+    out = np.zeros(64, np.float32)
+    lib.h(out, grid=64, threadgroup=64)
     assert lib.h.execution == "simt"
-    assert lines(messages) == ["h (threadgroup (0, 0, 0), the SIMD-group of thread (32, 0, 0)): helper 35"]
-    assert not messages[0].lane_known
+    assert out[35] == sum(range(32, 64)) + 2  # its SIMD-group's sum, plus what outer() returned
+    assert lines(messages) == ["h (threadgroup (0, 0, 0), thread (3, 0, 0)) debug: method 3",
+                               "h (threadgroup (0, 0, 0), thread (35, 0, 0)): inner 35",
+                               "h (threadgroup (0, 0, 0), thread (60, 0, 0)) debug: method 60"]
+    assert all(m.lane_known for m in messages)
 
 
 def test_messages_before_a_fault_are_delivered(messages):

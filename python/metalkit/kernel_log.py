@@ -61,7 +61,8 @@ class KernelMessage:
     level: str
     subsystem: str
     category: str
-    lane_known: bool = True  # False: a SIMT kernel's log call in a helper; `thread` starts its SIMD-group
+    lane_known: bool = True  # False: a SIMT kernel's lane was not known (a function called through a
+    # pointer); `thread` is then the first thread of its SIMD-group
 
     def __str__(self) -> str:
         who = self.kernel

@@ -97,6 +97,7 @@ class Unit:
     statements: dict[int, str] | None = None  # clang's facts: a statement's first token -> "decl" / "expr"
     call_sync: dict[int, bool] | None = None  # clang's facts: a function's name in code -> it reaches a SIMD-group function
     structs: list[StructDef] = field(default_factory=list)
+    log_helpers: set[str] = field(default_factory=set)  # SIMT: helpers that log (os_log) and reach no SIMD-group function
     _attr_tokens: set | None = None
 
     @property

@@ -106,6 +106,7 @@ inline __attribute__((always_inline)) u3 group_ids(const mk_dispatch* d, mk_u64 
   const unsigned gx = d->ngroups[0], gy = d->ngroups[1];
   ++group_serial;
   loop_thread = nullptr;  // a log call asks the runtime who it is (run_groups sets it for its own)
+  simt::log_lane = ~0u;   // left set by a helper that logged, then faulted
   t.ngroups = {d->ngroups[0], d->ngroups[1], d->ngroups[2]};
   t.grid = {d->grid[0], d->grid[1], d->grid[2]};
   t.dispatch_group_size = {d->tg[0], d->tg[1], d->tg[2]};

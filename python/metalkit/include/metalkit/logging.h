@@ -6,11 +6,13 @@
 // dispatch's messages in thread order (src/cpu/kernel_log.cpp). Who is calling: a kernel run as
 // a loop has its launcher point `mk::loop_thread` at the thread's ids; under fibers the runtime
 // knows the thread; a SIMT kernel passes each call a site (msl/simt treats log calls like
-// SIMD-group functions), whose exchange holds the lane.
+// SIMD-group functions), whose exchange holds the lane, and calls a helper that logs lane by
+// lane with the lane in mk::simt::log_lane (simt.h invoke_logging).
 #pragma once
 #pragma clang system_header
 #include "ids.h"
 #include "runtime.h"
+#include "simt.h"
 #include "traits.h"
 
 namespace mk {
@@ -87,6 +89,7 @@ __MK_F void log_call(const char* subsystem, const char* category, uint type, con
     }
   };
   (add(a), ...);
+  if (lane == ~0u) lane = mk::simt::log_lane;  // inside a helper that logs, called from SIMT code
   unsigned where[6];
   mk_log_call c{subsystem, category, (int)type, format, args, n, nullptr, lane};
   if (const mk::thread_ids* t = mk::loop_thread) {
