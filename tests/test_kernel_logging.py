@@ -311,3 +311,17 @@ def test_loop_and_simt_kernels_of_one_module_each_name_their_threads(messages):
     assert lines(messages) == ["looped (threadgroup (1, 0, 0), thread (2, 0, 0)): loop 6",
                                "simt (threadgroup (0, 0, 0), thread (40, 0, 0)): simt 40",
                                "looped (threadgroup (1, 0, 0), thread (2, 0, 0)): loop 6"]
+
+
+@pytest.mark.parametrize("check", [True, "races", "all"])
+def test_checked_calls_log_too(messages, check):
+    """check= runs guarded copies, or the instrumented build where every thread is a fiber."""
+    lib = mk.compile(HEAD + '''kernel void k(device float* out [[buffer(0)]], uint l [[thread_index_in_threadgroup]]) {
+        threadgroup float s[64];
+        s[l] = l;
+        threadgroup_barrier(mem_flags::mem_threadgroup);
+        out[l] = s[63 - l];
+        if (l == 7) os_log_default.log("%u read %.0f", l, out[l]);
+    }''')
+    lib.k(np.zeros(64, np.float32), grid=64, threadgroup=64, check=check)
+    assert lines(messages) == ["k (threadgroup (0, 0, 0), thread (7, 0, 0)): 7 read 56"]
