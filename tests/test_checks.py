@@ -69,12 +69,19 @@ kernel void half_written(device float* y [[buffer(0)]], uint l [[thread_position
 
 def test_a_read_of_threadgroup_memory_half_the_threads_wrote_is_uninitialised():
     src = HALF.replace("LIMIT", "32")
+    load = line_of(src, "// load")
+    # "uninit" alone runs the SIMT kernel as it is: the runtime knows the SIMD-group of an access.
     with pytest.raises(mk.KernelFault) as e:
         run_checked(src, "half_written", np.zeros(64, np.float32), grid=64, threadgroup=64, check="uninit")
-    msg = str(e.value)
-    assert (f"uninitialised read of threadgroup memory 's' elements 32 to 63 at half_written.metal:"
-            f"{line_of(src, '// load')}, by thread 0 (SIMD-group 0, lane 0) of threadgroup (0, 0, 0)") in msg
-    assert "(32 times)" in msg
+    assert (f"uninitialised read of threadgroup memory 's' elements 32 to 63 at half_written.metal:{load}, by "
+            "SIMD-group 0 of threadgroup (0, 0, 0): no thread of the threadgroup wrote it before (32 times) "
+            '(check="all" runs each thread on its own and names them)') in str(e.value)
+    # "all" runs every thread on its own: the thread is named.
+    with pytest.raises(mk.KernelFault) as e:
+        run_checked(src, "half_written", np.zeros(64, np.float32), grid=64, threadgroup=64, check="all")
+    assert (f"uninitialised read of threadgroup memory 's' elements 32 to 63 at half_written.metal:{load}, by "
+            "thread 0 (SIMD-group 0, lane 0) of threadgroup (0, 0, 0): no thread of the threadgroup wrote it before "
+            "(32 times)") in str(e.value)
     y = np.zeros(64, np.float32)
     assert run_checked(HALF.replace("LIMIT", "64"), "half_written", y, grid=64, threadgroup=64) == []
     np.testing.assert_array_equal(y, (63 - np.arange(64)) * 0.5)
@@ -170,3 +177,43 @@ def test_check_names_can_be_given_as_a_list_and_the_cheap_checks_still_work():
     assert not x.any()
     lib.k(x, grid=4, check=("races", "uninit"))
     assert x.tolist() == [1.0] * 4
+
+
+SHIFT = """
+kernel void shift(device float* y [[buffer(0)]], device const float* x [[buffer(1)]],
+                  uint i [[thread_position_in_grid]], uint n [[threads_per_grid]]) {
+    float v = SOURCE[(i + 1) % n];                 // neighbour
+    y[i] = v * 2.0f;                               // mine
+}
+"""
+
+
+def test_threadgroups_touching_one_device_element_race_and_reading_a_copy_does_not():
+    rng = np.random.default_rng(4)
+    x = rng.random(100).astype(np.float32)
+    src = SHIFT.replace("SOURCE", "y")
+    with pytest.raises(mk.KernelFault) as e:
+        run_checked(src, "shift", x.copy(), x, grid=100, threadgroup=32, check="races")
+    msg = str(e.value)
+    read, write = line_of(src, "// neighbour"), line_of(src, "// mine")
+    assert re.search(rf"data race between threadgroups \(a read, then a write\) on device memory 'y' elements "
+                     rf"32 to 96: read at shift.metal:{read} by threadgroup \(\d, 0, 0\), written at "
+                     rf"shift.metal:{write} by threadgroup \(\d, 0, 0\) \(3 times\)", msg), msg
+    y = np.zeros_like(x)
+    assert run_checked(SHIFT.replace("SOURCE", "x"), "shift", y, x, grid=100, threadgroup=32) == []
+    np.testing.assert_array_equal(y, np.roll(x, -1) * 2)
+
+
+def test_simd_groups_of_one_threadgroup_touching_one_device_element_race():
+    x = np.random.default_rng(5).random(64).astype(np.float32)
+    src = SHIFT.replace("SOURCE", "y")
+    with pytest.raises(mk.KernelFault) as e:
+        run_checked(src, "shift", x.copy(), x, grid=64, threadgroup=64, check="races")
+    msg = str(e.value)
+    read, write = line_of(src, "// neighbour"), line_of(src, "// mine")
+    assert (f"data race (a read, then a write) on device memory 'y' element 32: read at shift.metal:{read} by "
+            f"thread 31 (SIMD-group 0, lane 31), written at shift.metal:{write} by thread 32 (SIMD-group 1, lane 0) "
+            "of threadgroup (0, 0, 0)") in msg, msg
+    # Within a SIMD-group the same pattern holds only by lockstep: a warning under "all".
+    found = run_checked(src, "shift", x.copy(), x, grid=64, threadgroup=64, check="lockstep")
+    assert found and all("relies on SIMD-group lockstep" in f and "device memory 'y'" in f for f in found)

@@ -55,9 +55,9 @@ class Kernel:
     def signature(self) -> str: ...
     @property
     def location(self) -> tuple[str, int]: ...
-    # Builds this kernel checked (every access recorded) for check= races, uninit, lockstep; set by
-    # metalkit.Library (None: the kernel has no source to build from).
-    _checked_factory: Optional[Callable[[], Kernel]]
+    # Builds this kernel checked (every access recorded) for check= races, uninit, lockstep (its
+    # bool: every thread a fiber); set by metalkit.Library (None: no source to build from).
+    _checked_factory: Optional[Callable[[bool], Kernel]]
 
 class Batch:
     """What ``metalkit.batch()`` returns: a context manager that queues the kernel calls

@@ -112,7 +112,7 @@ class Library:
                                  f"{', '.join(self.kernels) or 'none'}; check the name (a template kernel is named "
                                  "by its host_name instantiations)")
         if self._checked is not None and k._checked_factory is None:
-            k._checked_factory = functools.partial(self._checked, name)
+            k._checked_factory = functools.partial(self._checked, name=name)
         return k
 
     def __getattr__(self, name: str) -> "Kernel":
@@ -295,13 +295,14 @@ def compile(source: str, *, filename: str = "<source>", include_dirs: Iterable[s
     return lib
 
 
-def _checked_kernel(options: tuple, name: str) -> Any:
+def _checked_kernel(options: tuple, threads: bool, name: str) -> Any:
     """Kernel ``name`` of the source and options ``options`` (msl.build's), built checked: every
-    thread its own fiber and every memory access told to the runtime (check= races, uninit,
-    lockstep)."""
+    memory access told to the runtime (check= races, uninit, lockstep). Its SIMT kernels stay
+    SIMT (the runtime knows the SIMD-group of an access), the rest run a fiber per thread;
+    ``threads``: every kernel runs a fiber per thread (the runtime knows the thread)."""
     from . import msl
     try:
-        path = msl.build(*options[:-1], "checked", [name])
+        path = msl.build(*options[:-1], "checked-threads" if threads else "checked", [name])
     except CompileError as e:
         raise CompileError(f"kernel {name!r}, built for check=: {e.msg}", filename=e.filename, lineno=e.lineno,
                            offset=e.offset, text=e.text, log=e.log) from None

@@ -302,14 +302,15 @@ void set_allocation(BoundArg& b, py::handle array) {
 
 }  // namespace
 
-std::shared_ptr<KernelImpl> PyKernel::checked_impl(const std::string& kernel) {
-  if (checked_) return checked_;
+std::shared_ptr<KernelImpl> PyKernel::checked_impl(const std::string& kernel, bool threads) {
+  std::shared_ptr<KernelImpl>& slot = checked_[threads];
+  if (slot) return slot;
   if (!checked_factory || checked_factory.is_none())
     throw DispatchError("kernel '" + kernel + "': check= races, uninit and lockstep need the kernel's source to build "
                         "it checked; get the kernel from metalkit.compile or metalkit.load");
-  py::object k = checked_factory();
-  checked_ = k.cast<PyKernel&>().impl_;
-  return checked_;
+  py::object k = checked_factory(threads);
+  slot = k.cast<PyKernel&>().impl_;
+  return slot;
 }
 
 py::object PyKernel::call(py::args args, py::kwargs kwargs) {
@@ -443,8 +444,10 @@ py::object PyKernel::call(py::args args, py::kwargs kwargs) {
                         "METALKIT_VALIDATE=1 for Apple's shader validation");
   launch.shuffle_seed = shuffle;
   launch.checks = checks;
-  // The access checks run the kernel's checked build: every thread its own fiber, every access recorded.
-  const std::shared_ptr<KernelImpl> run = checks & kCheckAccesses ? checked_impl(sp.name) : impl_;
+  // The access checks run the kernel's checked build, every access recorded; lockstep needs the one
+  // where every thread is a fiber (elsewhere the runtime knows an access's SIMD-group, not its lane).
+  const std::shared_ptr<KernelImpl> run =
+      checks & kCheckAccesses ? checked_impl(sp.name, checks & kCheckLockstep) : impl_;
   check_warnings().clear();
   // Checked mode: every array runs on a copy between inaccessible pages, so an
   // out-of-bounds index faults at once and the caller's arrays stay untouched.

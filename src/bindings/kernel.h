@@ -31,7 +31,8 @@ class PyKernel {
   pybind11::list arg_specs() const;
   std::string signature() const;
   // check="races"/"uninit"/"lockstep" run the kernel's checked build (every access recorded):
-  // `factory()` returns it as a Kernel, built on first use (metalkit.library sets it).
+  // `factory(threads)` returns it as a Kernel, built on first use (metalkit.library sets it);
+  // `threads`: the build running every thread as a fiber, which lockstep needs.
   pybind11::object checked_factory = pybind11::none();
 
  private:
@@ -46,10 +47,10 @@ class PyKernel {
   bool check_array(const ArgSpec& s, const Slot& slot, pybind11::handle obj) const;
 
   // The kernel's checked build, made by checked_factory on first use.
-  std::shared_ptr<KernelImpl> checked_impl(const std::string& kernel);
+  std::shared_ptr<KernelImpl> checked_impl(const std::string& kernel, bool threads);
 
   std::shared_ptr<KernelImpl> impl_;
-  std::shared_ptr<KernelImpl> checked_;
+  std::shared_ptr<KernelImpl> checked_[2];  // [threads]
   std::vector<pybind11::object> dtypes_;  // per parameter: numpy dtype of its elements (None: builtins, unknown structs)
   DefaultGridRule default_grid_;  // whether a call may leave the grid out
   std::vector<Slot> slots_;    // ordered by buffer index

@@ -1,27 +1,57 @@
 #include "access_check.h"
 
+#include <sys/mman.h>
+
 #include <algorithm>
+#include <stdexcept>
 
 #include "scheduler.h"
+
+// The threadgroup (linear index + 1; 0: none) that last wrote and last read a byte of a watched
+// device buffer, and the instruction (an offset from the module's code; the top bit: atomic).
+// r_group's top bit: threadgroups other than r_group read it too. Within one group, as for
+// threadgroup memory, the thread and the epoch (a group runs on one OS thread, so its epochs
+// compare); r_thread kMany: several of the group's threads read it.
+struct mk::AccessReport::Device {
+  uintptr_t lo;
+  uint64_t size, elem_size, granule;
+  std::string name;
+  struct Cell {
+    uint32_t w_group, r_group, w_pc, r_pc, w_epoch, r_epoch;
+    uint16_t w_thread, r_thread;
+  };
+  Cell* cells;  // mmap'd: zero until touched
+};
 
 namespace mk {
 namespace {
 
+constexpr uint32_t kTop = 0x80000000u;
+constexpr uint16_t kMany = 0xFFFF;
+constexpr unsigned kSeveral = ~0u;  // a finding's other side: more than one thread, not told apart
+constexpr uint64_t kSeveralGroups = ~uint64_t(0);  // the same for threadgroups
+
 constexpr uint16_t kGroupWrite = 0xFFFF;  // an initializer's value: there before any thread runs
 
-// The last write and the last read of one byte of threadgroup memory.
+// The bytes a shadow cell stands for: the element's size, if a power of two, else the largest
+// power of two dividing it, at most 4 (so scalar accesses of a vector's or a struct's parts are
+// told apart; accesses of parts of a scalar by different threads are not).
+uint64_t granule(uint64_t elem_size) { return std::min<uint64_t>(4, elem_size & (~elem_size + 1)); }
+
+// The last write and the last read of one granule of threadgroup memory; instructions as offsets
+// from the module's code.
 struct Cell {
   uint32_t w_epoch = 0, r_epoch = 0;  // 0: never (epochs start at 1)
   uint16_t w_who = 0, r_who = 0;
   uint16_t r_other = 0;               // with r_many: a reader other than r_who
   bool w_atomic = false, r_atomic = false;
   bool r_many = false;                // several threads read it in r_epoch
-  uintptr_t w_pc = 0, r_pc = 0;
+  uint32_t w_pc = 0, r_pc = 0;
 };
 
 struct Memory {
   uintptr_t lo = 0;
-  uint64_t size = 0, elem_size = 1;
+  uint64_t size = 0, elem_size = 1, granule = 1;
   std::string name;
   std::vector<Cell> cells;
   uint32_t group_epoch = 0;  // kernel-scope variables: the group that registered it last
@@ -31,6 +61,7 @@ struct Memory {
 struct State {
   uint32_t checks = 0;
   AccessReport* report = nullptr;
+  const RunningFiber* fiber = nullptr;  // the scheduler's, kept in step by it
   std::vector<Memory> memory;
   std::map<std::tuple<int, bool, uintptr_t, uintptr_t>, Finding> found;
   uint64_t accesses = 0;  // rt_access calls: a finding counts accesses, not bytes
@@ -41,44 +72,149 @@ State& state() {
   return s;
 }
 
+// The armed State of this OS thread, or null: read on every access, so a plain pointer, which
+// needs no initialisation guard. (The initial-exec model, which would spare the lookup's call,
+// finds no room left when Python loads the module after numpy.)
+thread_local State* armed = nullptr;
+
 Memory* memory_at(State& s, uintptr_t a) {
   for (Memory& m : s.memory)
     if (a - m.lo < m.size) return &m;
   return nullptr;
 }
 
-void note(State& s, const RunningFiber& f, const Memory& m, uint64_t offset, Hazard kind, unsigned other,
-          uintptr_t other_pc, uintptr_t pc) {
-  const unsigned me = f.index;
-  const bool lockstep = kind != Hazard::Uninitialised && other / 32 == me / 32 &&
-                        !(kind == Hazard::WriteAfterWrite && other_pc == pc);
-  if (lockstep ? !(s.checks & kCheckLockstep) : !(s.checks & (kind == Hazard::Uninitialised ? kCheckUninit : kCheckRaces)))
-    return;
-  auto key = std::make_tuple(int(kind), lockstep, other_pc, pc);
+Finding& noted(State& s, const Finding& fresh) {
+  auto key = std::make_tuple(int(fresh.kind) | int(fresh.between_groups) << 4 | int(fresh.on_device) << 5, fresh.lockstep, fresh.first_pc, fresh.second_pc);
   auto it = s.found.find(key);
-  if (it == s.found.end()) {
-    Finding x{kind, lockstep, other_pc, pc};
-    std::copy(f.pos, f.pos + 3, x.group);
-    x.first_thread = other;
-    x.second_thread = me;
-    x.memory = m.name;
-    x.elem_size = m.elem_size;
-    x.lo = x.hi = offset;
-    it = s.found.emplace(key, x).first;
-  }
+  if (it == s.found.end()) it = s.found.emplace(key, fresh).first;
   Finding& x = it->second;
   if (x.last_access != s.accesses) ++x.count;
   x.last_access = s.accesses;
-  x.lo = std::min(x.lo, offset);
-  x.hi = std::max(x.hi, offset);
+  x.lo = std::min(x.lo, fresh.lo);
+  x.hi = std::max(x.hi, fresh.hi);
+  return x;
+}
+
+// A race between threadgroups on a watched device buffer: `other` is the other group's linear index.
+void note_device(State& s, const RunningFiber& f, const AccessReport::Device& d, uint64_t offset, Hazard kind,
+                 uint64_t other, uint32_t other_pc, uint32_t pc) {
+  if (!(s.checks & kCheckRaces)) return;
+  const unsigned* n = s.report->ngroups;
+  Finding x{kind, false, s.report->code_base + (other_pc & ~kTop), s.report->code_base + pc};
+  x.between_groups = x.on_device = true;
+  x.several_groups = other == kSeveralGroups;
+  if (!x.several_groups) {
+    x.first_group[0] = unsigned(other % n[0]);
+    x.first_group[1] = unsigned(other / n[0] % n[1]);
+    x.first_group[2] = unsigned(other / (uint64_t(n[0]) * n[1]));
+  }
+  std::copy(f.pos, f.pos + 3, x.group);
+  x.memory = d.name;
+  x.elem_size = d.elem_size;
+  x.lo = x.hi = offset;
+  noted(s, x);
+}
+
+void note(State& s, const RunningFiber& f, const std::string& name, uint64_t elem_size, uint64_t offset, Hazard kind,
+          unsigned other, uint32_t other_pc, uint32_t pc, bool on_device = false);
+
+void device_access(State& s, const RunningFiber& f, AccessReport::Device& d, uint64_t first, uint64_t last,
+                   bool reads, bool write, bool atomic, uint32_t pc) {
+  const unsigned* n = s.report->ngroups;
+  const uint64_t linear = f.pos[0] + uint64_t(n[0]) * (f.pos[1] + uint64_t(n[1]) * f.pos[2]);
+  const uint32_t me = uint32_t(linear % (kTop - 1)) + 1;
+  const uint32_t at = pc | (atomic ? kTop : 0u);
+  for (uint64_t k = first; k < last; ++k) {
+    AccessReport::Device::Cell& c = d.cells[k];
+    const uint64_t o = k * d.granule;
+    // Other OS threads run other groups on the same cells: each field is read and written whole.
+    const uint32_t w = __atomic_load_n(&c.w_group, __ATOMIC_RELAXED);
+    const uint32_t wpc = __atomic_load_n(&c.w_pc, __ATOMIC_RELAXED);
+    const bool both_atomic_w = atomic && (wpc & kTop);
+    const uint32_t wpc_at = wpc & ~kTop;
+    // This group's own earlier write in this epoch, by another thread (a group's cells are only
+    // touched by the OS thread running it, so these fields are its own).
+    const bool w_here = w == me && c.w_epoch == f.epoch && c.w_thread != f.index && !both_atomic_w;
+    if (reads && w && w != me && !both_atomic_w)
+      note_device(s, f, d, o, Hazard::ReadAfterWrite, w - 1, wpc, pc);
+    if (reads && w_here) note(s, f, d.name, d.elem_size, o, Hazard::ReadAfterWrite, c.w_thread, wpc_at, pc, true);
+    if (write) {
+      if (w && w != me && !both_atomic_w) note_device(s, f, d, o, Hazard::WriteAfterWrite, w - 1, wpc, pc);
+      if (w_here) note(s, f, d.name, d.elem_size, o, Hazard::WriteAfterWrite, c.w_thread, wpc_at, pc, true);
+      const uint32_t r = __atomic_load_n(&c.r_group, __ATOMIC_RELAXED);
+      const uint32_t rpc = __atomic_load_n(&c.r_pc, __ATOMIC_RELAXED);
+      const uint32_t rg = r & ~kTop;
+      const bool both_atomic_r = atomic && (rpc & kTop);
+      if (rg && (rg != me || (r & kTop)) && !both_atomic_r)
+        note_device(s, f, d, o, Hazard::WriteAfterRead, rg != me ? rg - 1 : kSeveralGroups, rpc, pc);
+      if (rg == me && c.r_epoch == f.epoch && c.r_thread != f.index && !both_atomic_r)
+        note(s, f, d.name, d.elem_size, o, Hazard::WriteAfterRead, c.r_thread == kMany ? kSeveral : c.r_thread,
+             rpc & ~kTop, pc, true);
+      __atomic_store_n(&c.w_group, me, __ATOMIC_RELAXED);
+      __atomic_store_n(&c.w_pc, at, __ATOMIC_RELAXED);
+      c.w_epoch = f.epoch;
+      c.w_thread = uint16_t(f.index);
+    } else {
+      const uint32_t r = __atomic_load_n(&c.r_group, __ATOMIC_RELAXED);
+      if (!r || (r & ~kTop) != me || c.r_epoch != f.epoch) {
+        if (r && (r & ~kTop) != me) __atomic_store_n(&c.r_group, me | kTop, __ATOMIC_RELAXED);
+        else __atomic_store_n(&c.r_group, me | (r & kTop), __ATOMIC_RELAXED);
+        __atomic_store_n(&c.r_pc, at, __ATOMIC_RELAXED);
+        c.r_epoch = f.epoch;
+        c.r_thread = uint16_t(f.index);
+      } else if (c.r_thread != f.index) {
+        c.r_thread = kMany;
+      }
+    }
+  }
+}
+
+void note(State& s, const RunningFiber& f, const std::string& name, uint64_t elem_size, uint64_t offset, Hazard kind,
+          unsigned other, uint32_t other_pc, uint32_t pc, bool on_device) {
+  const unsigned me = f.index;
+  const bool lockstep = kind != Hazard::Uninitialised && other != kSeveral && other / 32 == me / 32 &&
+                        !(kind == Hazard::WriteAfterWrite && other_pc == pc);
+  if (lockstep ? !(s.checks & kCheckLockstep) : !(s.checks & (kind == Hazard::Uninitialised ? kCheckUninit : kCheckRaces)))
+    return;
+  const uintptr_t base = s.report->code_base;
+  Finding x{kind, lockstep, other_pc ? base + other_pc : 0, base + pc};
+  std::copy(f.pos, f.pos + 3, x.group);
+  x.first_thread = other;
+  x.second_thread = me;
+  x.lanes_known = f.lanes == 1;
+  x.memory = name;
+  x.on_device = on_device;
+  x.elem_size = elem_size;
+  x.lo = x.hi = offset;
+  noted(s, x);
+}
+
+size_t cells_bytes(uint64_t size, uint64_t granule) {
+  return (size + granule - 1) / granule * sizeof(AccessReport::Device::Cell);
 }
 
 }  // namespace
 
+AccessReport::AccessReport(std::vector<WatchedBuffer> buffers, const unsigned* n, uintptr_t base) : code_base(base) {
+  std::copy(n, n + 3, ngroups);
+  for (WatchedBuffer& b : buffers) {
+    if (!b.size) continue;
+    const uint64_t es = std::max<uint64_t>(1, b.elem_size), g = granule(es);
+    void* p = mmap(nullptr, cells_bytes(b.size, g), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                   -1, 0);
+    if (p == MAP_FAILED) throw std::runtime_error("no memory to watch buffer '" + b.name + "' for check=races");
+    devices_.push_back({b.data, b.size, es, g, std::move(b.name), static_cast<Device::Cell*>(p)});
+  }
+}
+
+AccessReport::~AccessReport() {
+  for (Device& d : devices_) munmap(d.cells, cells_bytes(d.size, d.granule));
+}
+
 void AccessReport::merge(std::vector<Finding>& found) {
   std::lock_guard<std::mutex> lk(lock_);
   for (Finding& f : found) {
-    auto key = std::make_tuple(int(f.kind), f.lockstep, f.first_pc, f.second_pc);
+    auto key = std::make_tuple(int(f.kind) | int(f.between_groups) << 4 | int(f.on_device) << 5, f.lockstep, f.first_pc, f.second_pc);
     auto it = found_.find(key);
     if (it == found_.end()) {
       found_.emplace(key, f);
@@ -101,6 +237,7 @@ AccessScope::AccessScope(uint32_t checks, AccessReport* report, std::vector<Chec
   State& s = state();
   s.checks = checks;
   s.report = report;
+  s.fiber = &running_fiber();
   // The slots are the same bytes for every group this thread runs: their cells carry over
   // (older epochs mean "not this group"). Kernel-scope variables register as they are reached.
   s.memory.clear();
@@ -108,14 +245,17 @@ AccessScope::AccessScope(uint32_t checks, AccessReport* report, std::vector<Chec
     Memory m;
     m.lo = c.data;
     m.size = c.size;
-    m.elem_size = c.elem_size;
+    m.elem_size = std::max<uint64_t>(1, c.elem_size);
+    m.granule = granule(m.elem_size);
     m.name = std::move(c.name);
-    m.cells.resize(c.size);
+    m.cells.resize((c.size + m.granule - 1) / m.granule);
     s.memory.push_back(std::move(m));
   }
+  armed = checks ? &s : nullptr;
 }
 
 AccessScope::~AccessScope() {
+  armed = nullptr;
   State& s = state();
   std::vector<Finding> found;
   for (auto& kv : s.found) found.push_back(kv.second);
@@ -127,33 +267,48 @@ AccessScope::~AccessScope() {
 }
 
 void rt_access(const void* addr, mk_u64 size, unsigned flags, const void* pc) {
-  State& s = state();
-  if (!s.checks) return;
+  if (!armed) return;
+  State& s = *armed;
   const uintptr_t a = reinterpret_cast<uintptr_t>(addr);
-  Memory* m = memory_at(s, a);
-  if (!m) return;  // not threadgroup memory
-  const RunningFiber& f = running_fiber();
+  const RunningFiber& f = *s.fiber;
   if (!f.running) return;
-  ++s.accesses;
   const bool write = flags & MK_ACCESS_WRITE, atomic = flags & MK_ACCESS_ATOMIC;
   const bool reads = !write || (flags & MK_ACCESS_UPDATE);
+  // The call, not the instruction after it, as an offset from the module's code.
+  const uint32_t at = uint32_t(reinterpret_cast<uintptr_t>(pc) - 1 - s.report->code_base);
+  Memory* m = memory_at(s, a);
+  if (!m) {
+    if (!(s.checks & (kCheckRaces | kCheckLockstep))) return;
+    for (AccessReport::Device& d : s.report->devices())
+      if (a - d.lo < d.size) {
+        ++s.accesses;
+        const uint64_t o = a - d.lo;
+        device_access(s, f, d, o / d.granule, (std::min<uint64_t>(d.size, o + size) + d.granule - 1) / d.granule,
+                      reads, write, atomic, at);
+        return;
+      }
+    return;  // neither threadgroup memory nor a watched buffer
+  }
+  ++s.accesses;
   const uint16_t me = uint16_t(f.index);
-  const uintptr_t at = reinterpret_cast<uintptr_t>(pc) - 1;  // the call, not the instruction after it
-  const uint64_t first = a - m->lo, last = std::min<uint64_t>(m->size, first + size);
-  for (uint64_t o = first; o < last; ++o) {
-    Cell& c = m->cells[o];
+  const uint64_t g = m->granule, o = a - m->lo;
+  const uint64_t first = o / g, last = (std::min<uint64_t>(m->size, o + size) + g - 1) / g;
+  for (uint64_t k = first; k < last; ++k) {
+    Cell& c = m->cells[k];
+    const uint64_t byte = k * g;
     const bool written = c.w_epoch >= f.group_epoch;
     if (reads) {
       if (!written)
-        note(s, f, *m, o, Hazard::Uninitialised, me, 0, at);
+        note(s, f, m->name, m->elem_size, byte, Hazard::Uninitialised, me, 0, at);
       else if (c.w_epoch == f.epoch && c.w_who != me && c.w_who != kGroupWrite && !(atomic && c.w_atomic))
-        note(s, f, *m, o, Hazard::ReadAfterWrite, c.w_who, c.w_pc, at);
+        note(s, f, m->name, m->elem_size, byte, Hazard::ReadAfterWrite, c.w_who, c.w_pc, at);
     }
     if (write) {
       if (written && c.w_epoch == f.epoch && c.w_who != me && c.w_who != kGroupWrite && !(atomic && c.w_atomic))
-        note(s, f, *m, o, Hazard::WriteAfterWrite, c.w_who, c.w_pc, at);
+        note(s, f, m->name, m->elem_size, byte, Hazard::WriteAfterWrite, c.w_who, c.w_pc, at);
       if (c.r_epoch == f.epoch && (c.r_who != me || c.r_many) && !(atomic && c.r_atomic))
-        note(s, f, *m, o, Hazard::WriteAfterRead, c.r_who != me ? c.r_who : c.r_other, c.r_pc, at);
+        note(s, f, m->name, m->elem_size, byte, Hazard::WriteAfterRead, c.r_who != me ? c.r_who : c.r_other, c.r_pc,
+             at);
       c.w_epoch = f.epoch;
       c.w_who = me;
       c.w_atomic = atomic;
@@ -175,9 +330,9 @@ void rt_access(const void* addr, mk_u64 size, unsigned flags, const void* pc) {
 }
 
 void rt_threadgroup_variable(const void* addr, mk_u64 size, mk_u64 elem_size, const char* name, int initialised) {
-  State& s = state();
-  if (!s.checks) return;
-  const RunningFiber& f = running_fiber();
+  if (!armed) return;
+  State& s = *armed;
+  const RunningFiber& f = *s.fiber;
   const uintptr_t a = reinterpret_cast<uintptr_t>(addr);
   Memory* m = memory_at(s, a);
   if (!m) {
@@ -185,8 +340,9 @@ void rt_threadgroup_variable(const void* addr, mk_u64 size, mk_u64 elem_size, co
     fresh.lo = a;
     fresh.size = size;
     fresh.elem_size = elem_size ? elem_size : 1;
+    fresh.granule = granule(fresh.elem_size);
     fresh.name = name;
-    fresh.cells.resize(size);
+    fresh.cells.resize((size + fresh.granule - 1) / fresh.granule);
     s.memory.push_back(std::move(fresh));
     m = &s.memory.back();
   }
@@ -239,39 +395,87 @@ mk_u64 rt_atomic(volatile void* addr, unsigned size, unsigned op, mk_u64 value, 
   }
 }
 
-std::string describe(const Finding& f, std::string (*line)(uintptr_t pc, const void* ctx), const void* ctx) {
-  auto at = [&](uintptr_t pc) {
-    std::string l = line(pc, ctx);
-    return l.empty() ? std::string("an unknown line") : l;
+std::vector<Reported> by_line(const std::vector<Finding>& found, std::string (*line)(uintptr_t pc, const void* ctx),
+                              const void* ctx) {
+  std::map<uintptr_t, std::string> lines;
+  auto at = [&](uintptr_t pc) -> const std::string& {
+    auto it = lines.find(pc);
+    if (it == lines.end()) {
+      std::string l = pc ? line(pc, ctx) : "";
+      it = lines.emplace(pc, l.empty() ? std::string("an unknown line") : l).first;
+    }
+    return it->second;
   };
+  std::vector<Reported> out;
+  std::map<std::tuple<int, std::string, std::string>, size_t> seen;
+  for (const Finding& f : found) {
+    const int kind = int(f.kind) | int(f.between_groups) << 4 | int(f.on_device) << 5 | int(f.lockstep) << 6;
+    auto key = std::make_tuple(kind, at(f.first_pc), at(f.second_pc));
+    auto it = seen.find(key);
+    if (it == seen.end()) {
+      seen.emplace(key, out.size());
+      out.push_back({f, std::get<1>(key), std::get<2>(key)});
+      continue;
+    }
+    Finding& x = out[it->second].finding;
+    x.count += f.count;
+    x.lo = std::min(x.lo, f.lo);
+    x.hi = std::max(x.hi, f.hi);
+  }
+  return out;
+}
+
+std::string describe(const Reported& r) {
+  const Finding& f = r.finding;
   auto thread = [&](unsigned t) {
+    if (t == ~0u) return std::string("several threads");
+    if (!f.lanes_known) return "SIMD-group " + std::to_string(t / 32);
     return "thread " + std::to_string(t) + " (SIMD-group " + std::to_string(t / 32) + ", lane " +
            std::to_string(t % 32) + ")";
   };
   const uint64_t e0 = f.lo / f.elem_size, e1 = f.hi / f.elem_size;
-  const std::string where = "threadgroup memory '" + f.memory + "' " +
+  const std::string where = std::string(f.on_device ? "device" : "threadgroup") + " memory '" + f.memory + "' " +
                             (e0 == e1 ? "element " + std::to_string(e0)
                                       : "elements " + std::to_string(e0) + " to " + std::to_string(e1));
   const std::string group = "threadgroup (" + std::to_string(f.group[0]) + ", " + std::to_string(f.group[1]) + ", " +
                             std::to_string(f.group[2]) + ")";
   const std::string times = f.count == 1 ? "once" : std::to_string(f.count) + " times";
+  if (f.between_groups) {
+    const char* first = f.kind == Hazard::WriteAfterRead ? "read" : "written";
+    const char* second = f.kind == Hazard::ReadAfterWrite ? "read" : "written";
+    const char* what = f.kind == Hazard::ReadAfterWrite   ? "a write, then a read"
+                       : f.kind == Hazard::WriteAfterRead ? "a read, then a write"
+                                                          : "two writes";
+    auto name = [](const unsigned* g) {
+      return "threadgroup (" + std::to_string(g[0]) + ", " + std::to_string(g[1]) + ", " + std::to_string(g[2]) + ")";
+    };
+    return std::string("data race between threadgroups (") + what + ") on device memory '" + f.memory + "' " +
+           (e0 == e1 ? "element " + std::to_string(e0)
+                     : "elements " + std::to_string(e0) + " to " + std::to_string(e1)) +
+           ": " + first + " at " + r.first_line + " by " + (f.several_groups ? std::string("several threadgroups") : name(f.first_group)) + ", " + second + " at " +
+           r.second_line + " by " + name(f.group) + " (" + times +
+           "); the threadgroups of one dispatch run in no set order: give each its own elements, use atomics, "
+           "or split the work into two dispatches";
+  }
+  const std::string lanes = f.lanes_known ? "" : " (check=\"all\" runs each thread on its own and names them)";
   if (f.kind == Hazard::Uninitialised)
-    return "uninitialised read of " + where + " at " + at(f.second_pc) + ", by " + thread(f.second_thread) + " of " +
-           group + ": no thread of the threadgroup wrote it before (" + times + ")";
+    return "uninitialised read of " + where + " at " + r.second_line + ", by " + thread(f.second_thread) + " of " +
+           group + ": no thread of the threadgroup wrote it before (" + times + ")" + lanes;
   const char* first = f.kind == Hazard::WriteAfterRead ? "read" : "written";
   const char* second = f.kind == Hazard::ReadAfterWrite ? "read" : "written";
   const char* what = f.kind == Hazard::ReadAfterWrite   ? "a write, then a read"
                      : f.kind == Hazard::WriteAfterRead ? "a read, then a write"
                                                         : "two writes";
   std::string out = std::string(f.lockstep ? "relies on SIMD-group lockstep" : "data race") + " (" + what +
-                    ") on " + where + ": " + first + " at " + at(f.first_pc) + " by " + thread(f.first_thread) +
-                    ", " + second + " at " + at(f.second_pc) + " by " + thread(f.second_thread) + " of " + group +
-                    ", with no threadgroup_barrier between (" + times + ")";
+                    ") on " + where + ": " + first + " at " + r.first_line + " by " + thread(f.first_thread) +
+                    ", " + second + " at " + r.second_line + " by " + thread(f.second_thread) + " of " + group +
+                    ", with no threadgroup_barrier between (" + times + ")" + lanes;
   if (f.lockstep)
     out += "; the GPU runs a SIMD-group's lanes together, so this holds on Apple GPUs, but not where SIMD-groups "
            "do not run in lockstep: put a simdgroup_barrier or threadgroup_barrier between them";
   else
-    out += "; put a threadgroup_barrier(mem_flags::mem_threadgroup) between them";
+    out += std::string("; put a threadgroup_barrier(mem_flags::") + (f.on_device ? "mem_device" : "mem_threadgroup") +
+           ") between them";
   return out;
 }
 

@@ -5,7 +5,10 @@
 // keeps its last write and last read, stamped with the thread and the barrier interval
 // ("epoch") they happened in: two accesses of one interval by different threads, one a write,
 // not both atomic, are a race; a read of a byte no thread of this threadgroup wrote is
-// uninitialised. Findings are counted per kind and pair of instructions, one report each.
+// uninitialised. Device memory the kernel may write keeps, per byte, the threadgroup that last
+// wrote and last read it: threadgroups are not ordered within a dispatch, so two of them
+// touching one byte, one writing, not both atomically, race. Findings are counted per kind and
+// pair of instructions, one report each.
 #pragma once
 #include <cstdint>
 #include <map>
@@ -28,22 +31,47 @@ struct Finding {
   Hazard kind;
   bool lockstep;             // both threads in one SIMD-group: ordered on the GPU by lockstep alone
   uintptr_t first_pc, second_pc;
+  bool on_device = false;    // device memory (else threadgroup memory)
+  bool between_groups = false;  // two threadgroups (first_group: the other one), else two threads of one
+  unsigned first_group[3] = {0, 0, 0};
+  bool several_groups = false;  // between groups: more than one other group, not told apart
   uint64_t count = 0;         // accesses (an access of several bytes counts once)
   uint64_t last_access = 0;  // which access counted last
   unsigned group[3] = {0, 0, 0};
   unsigned first_thread = 0, second_thread = 0;
+  bool lanes_known = true;   // else the threads are SIMD-groups of a SIMT kernel (their first lanes)
   std::string memory;        // the threadgroup parameter or variable
   uint64_t elem_size = 1;
   uint64_t lo = 0, hi = 0;   // byte offsets within it, first seen .. last seen
 };
 
-// What the chunks of one dispatch found, merged.
+// A device buffer the kernel may write, watched for races between threadgroups.
+struct WatchedBuffer {
+  uintptr_t data;
+  uint64_t size;
+  uint64_t elem_size;
+  std::string name;
+};
+
+// One dispatch's access checks: the device buffers watched (shared by its chunks) and what the
+// chunks found, merged.
 class AccessReport {
  public:
+  // `code_base`: the module's lowest code address (instructions are kept as 32-bit offsets from it).
+  AccessReport(std::vector<WatchedBuffer> buffers, const unsigned* ngroups, uintptr_t code_base);
+  ~AccessReport();
+  AccessReport(const AccessReport&) = delete;
+  AccessReport& operator=(const AccessReport&) = delete;
   void merge(std::vector<Finding>& found);
   std::vector<Finding> findings() const;
 
+  struct Device;  // a watched buffer and its cells
+  std::vector<Device>& devices() { return devices_; }
+  unsigned ngroups[3];
+  uintptr_t code_base;
+
  private:
+  std::vector<Device> devices_;
   mutable std::mutex lock_;
   std::map<std::tuple<int, bool, uintptr_t, uintptr_t>, Finding> found_;
 };
@@ -74,8 +102,17 @@ void rt_access(const void* addr, mk_u64 size, unsigned flags, const void* pc);
 void rt_threadgroup_variable(const void* addr, mk_u64 size, mk_u64 elem_size, const char* name, int initialised);
 mk_u64 rt_atomic(volatile void* addr, unsigned size, unsigned op, mk_u64 value, mk_u64* expected, const void* pc);
 
-// "data race (a write, then a read by another thread, ...)" and the rest of one finding's
-// message; `line` maps an instruction to "file:line" ("" if unknown).
-std::string describe(const Finding& f, std::string (*line)(uintptr_t pc, const void* ctx), const void* ctx);
+// The findings of one dispatch as reported: those at the same pair of source lines (an unrolled
+// loop's copies of one access, say) as one, each with its lines ("file:line"; `line` maps an
+// instruction to it, "" if unknown).
+struct Reported {
+  Finding finding;
+  std::string first_line, second_line;
+};
+std::vector<Reported> by_line(const std::vector<Finding>& found, std::string (*line)(uintptr_t pc, const void* ctx),
+                              const void* ctx);
+
+// "data race (a write, then a read) on ..." and the rest of one finding's message.
+std::string describe(const Reported& r);
 
 }  // namespace mk

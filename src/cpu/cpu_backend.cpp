@@ -390,7 +390,14 @@ class CpuKernel : public KernelImpl {
     } stopper;
     const StopPoint stop{&stopper.flag, *mod_};
     std::atomic<uint64_t> done{0};  // groups of the chunks that completed
-    AccessReport report;
+    // Device buffers the kernel may write are watched for races between threadgroups.
+    std::vector<WatchedBuffer> watched;
+    if (l.checks & (kCheckRaces | kCheckLockstep))
+      for (size_t i = 0; i < l.args.size(); ++i)
+        if (spec_.args[i].kind == ArgKind::Buffer && spec_.args[i].writable && l.args[i].data && !l.args[i].none)
+          watched.push_back({reinterpret_cast<uintptr_t>(l.args[i].data), l.args[i].nbytes,
+                             spec_.args[i].elem_size, spec_.args[i].name});
+    AccessReport report(std::move(watched), d.ngroups, mod_->code_lo);
     LogSink log(spec_.name);
     Watch watch(l.limits, stopper, t0);
     ThreadPool::instance().run(groups, chunk, [&](uint64_t first, uint64_t last) {
@@ -442,9 +449,9 @@ class CpuKernel : public KernelImpl {
     auto line = [](uintptr_t pc, const void* k) { return source_line(pc, *static_cast<const mk_kernel_info*>(k)); };
     const std::string head = "kernel '" + spec_.name + "' (" + spec_.file + ":" + std::to_string(spec_.line) + "): ";
     std::vector<std::string> errors;
-    for (const Finding& f : found) {
-      std::string text = describe(f, line, &info_);
-      if (f.lockstep || (checks & kCheckWarn))
+    for (const Reported& r : by_line(found, line, &info_)) {
+      std::string text = describe(r);
+      if (r.finding.lockstep || (checks & kCheckWarn))
         check_warnings().push_back(head + text);
       else
         errors.push_back(std::move(text));

@@ -70,6 +70,20 @@ struct Group {
   return g;
 }
 
+// g.current, g.running and g.direct change only here, so g.now (what the access checks read)
+// stays in step without work per access.
+inline void set_current(Group& g, unsigned i) {
+  g.current = i;
+  g.now.index = i * g.lanes;
+}
+inline void set_running(Group& g, bool running, bool direct) {
+  g.running = running;
+  g.direct = direct;
+  g.now.running = running || direct;
+  g.now.lanes = g.lanes;
+  std::copy(g.pos, g.pos + 3, g.now.pos);
+}
+
 void shuffle_order(Group& g, uint64_t round);
 void resolve_strict_barrier(Group& g);
 
@@ -103,7 +117,7 @@ void yield_from(Group& g, Fiber& f) {
     unsigned next = g.order[j];
     if (g.fibers[next].state == State::Ready) {
       g.k = j;
-      g.current = next;
+      set_current(g, next);
       fiber_switch(f.ctx, g.fibers[next].ctx);
       return;
     }
@@ -111,7 +125,7 @@ void yield_from(Group& g, Fiber& f) {
   const int j = next_round(g);
   if (j >= 0) {
     g.k = unsigned(j);
-    g.current = g.order[j];
+    set_current(g, g.order[j]);
     Fiber& next = g.fibers[g.current];
     if (&next != &f) fiber_switch(f.ctx, next.ctx);  // else it goes on at once
     return;
@@ -364,7 +378,7 @@ void run_fibers(mk_thread_fn fn, mk_simt_fn simt_fn, void* ctx, const unsigned* 
                   " (the system's limit on memory mappings, e.g. vm.max_map_count); use smaller threadgroups");
     fiber_init(g.fibers[i].ctx, stack, FiberStacks::kStackBytes, fiber_main, &g);
   }
-  g.running = true;
+  set_running(g, true, false);
   g.round = 0;
   while (g.live > 0) {
     if (stop_requested()) raise_stop();  // a round ends at barriers: a loop around one stops here
@@ -372,12 +386,12 @@ void run_fibers(mk_thread_fn fn, mk_simt_fn simt_fn, void* ctx, const unsigned* 
     for (unsigned j = 0; j < n; ++j) {
       if (g.fibers[g.order[j]].state != State::Ready) continue;
       g.k = j;
-      g.current = g.order[j];
+      set_current(g, g.order[j]);
       fiber_switch(g.main, g.fibers[g.current].ctx);  // runs the round's ready fibers in turn
       break;
     }
     if (!g.fault.empty()) {
-      g.running = false;
+      set_running(g, false, false);
       raise_fault(g.fault);
     }
     if (g.live == 0) break;
@@ -396,7 +410,7 @@ void run_fibers(mk_thread_fn fn, mk_simt_fn simt_fn, void* ctx, const unsigned* 
       raise_fault("the threads of " + group_name() + " wait on one another and none can go on (a SIMD-group "
                   "function reached by only some threads of a group that also waits at a barrier)");
   }
-  g.running = false;
+  set_running(g, false, false);
 }
 
 void run_group(mk_thread_fn fn, void* ctx, const unsigned* position, const unsigned* size) {
@@ -419,13 +433,14 @@ void run_simt_group(mk_simt_fn fn, void* ctx, const unsigned* position, const un
   g.order.resize(nsg);
   for (unsigned i = 0; i < nsg; ++i) g.order[i] = i;
   shuffle_order(g, 0);
-  g.direct = true;
+  g.now.group_epoch = ++g.now.epoch;
+  set_running(g, false, true);
   for (unsigned j = 0; j < nsg; ++j) {
     if (stop_requested()) raise_stop();
-    g.current = g.order[j];
+    set_current(g, g.order[j]);
     fn(ctx, g.current, nullptr);
   }
-  g.direct = false;
+  set_running(g, false, false);
 }
 
 void rt_barrier(const char* file, int line, int column) { block(group(), State::AtBarrier, file, line, column); }
@@ -476,13 +491,7 @@ const mk_runtime runtime = {MK_ABI_VERSION,    run_group,      rt_barrier,      
 
 const mk_runtime* cpu_runtime() { return &runtime; }
 
-const RunningFiber& running_fiber() {
-  Group& g = group();
-  g.now.running = g.running;
-  g.now.index = g.current;
-  std::copy(g.pos, g.pos + 3, g.now.pos);
-  return g.now;
-}
+const RunningFiber& running_fiber() { return group().now; }
 
 bool running_thread(unsigned lane, unsigned group_pos[3], unsigned thread[3], bool* lane_known) {
   Group& g = group();
@@ -504,7 +513,7 @@ std::string abandon_group(uintptr_t addr, bool* stack_overflow) {
   Group& g = group();
   *stack_overflow = addr && (g.stacks.in_guard(addr) || below_thread_stack(addr));
   if (!g.running && !g.direct) return "";
-  g.running = g.direct = false;
+  set_running(g, false, false);
   if (g.lanes != 1) return group_name() + ", " + unit_name(g.current);
   unsigned i = g.current, x = i % g.size[0], y = (i / g.size[0]) % g.size[1], z = i / (g.size[0] * g.size[1]);
   unsigned local[3] = {x, y, z};

@@ -21,14 +21,14 @@ void set_shuffle_seed(uint32_t seed);
 // reach the same barrier, else the dispatch faults naming the sites. Set per dispatch.
 void set_strict_barriers(bool strict);
 
-// The fiber running on this OS thread, for the access checks (access_check.h): its index (a
-// thread's linear index in its group when fibers are threads), its threadgroup, and the barrier
-// interval it is in. Epochs grow on each OS thread: each group and each completed barrier
+// What runs on this OS thread, for the access checks (access_check.h): a thread (`lanes` 1) or
+// a SIMT kernel's SIMD-group (`lanes` 32), as the linear index in its group of the (first)
+// thread, its threadgroup, and the barrier interval it is in. Epochs grow on each OS thread: each group and each completed barrier
 // begins a new one, so an access stamped with an older epoch than the group's first is from
 // another group.
 struct RunningFiber {
   bool running = false;
-  unsigned index = 0;
+  unsigned index = 0, lanes = 1;
   unsigned pos[3] = {0, 0, 0};
   uint32_t epoch = 0, group_epoch = 0;
 };

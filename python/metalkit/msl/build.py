@@ -82,7 +82,12 @@ class Options:
     constants: tuple  # items of the constants dict
     fast_math: bool
     prologue: str  # defines= as #define lines
-    execution: str  # "auto", "fibers" or "threads" (execution.py)
+    execution: str  # "auto", "fibers" or "threads" (execution.py); "checked", "checked-threads" (prepass)
+
+    @property
+    def checked(self) -> bool:
+        """A checked build: every memory access instrumented (check= races, uninit, lockstep)."""
+        return self.execution.startswith("checked")
 
     @staticmethod
     def of(source: str, filename: str = "<source>", include_dirs=(), constants=None, fast_math: bool = False,
@@ -337,7 +342,7 @@ def _compile(tc, opts: Options, key: str, kernels) -> cache.Entry:
             raise CompileError(f"kernels=: no kernel named {missing[0]!r} in {opts.filename}; check the name "
                                "(a template is named by its host_name instantiations)", filename=opts.filename)
         text = result.text + "\n" + codegen.launchers(result.kernels, result.structs,
-                                                      checked=opts.execution == "checked", logs=result.logs)
+                                                      checked=opts.checked, logs=result.logs)
         label = opts.filename if kernels is None or len(kernels) != 1 else f"{opts.filename} ({kernels[0]})"
         with _status_line(f"compiling {label}"):
             out = _codegen(tc, opts, text, src_name, tmp)
@@ -361,7 +366,7 @@ def _codegen(tc, opts: Options, text: str, src_name: str, tmp: Path) -> Path:
     they can be had (msl/pch.py), else, or if that fails, the whole text as it is."""
     module, out = tmp / "module.cpp", tmp / "module.so"
     parts = pch.split(text, src_name) if pch.ENABLED else None
-    checked = opts.execution == "checked"
+    checked = opts.checked
     header = pch.header(tc, opts.fast_math, parts[0], checked) if parts else None
     if header is not None:
         module.write_text(parts[1])
@@ -377,7 +382,7 @@ def _codegen(tc, opts: Options, text: str, src_name: str, tmp: Path) -> Path:
 def _against(tc, opts: Options, header: Path, module: Path, out: Path) -> bool:
     """Whether ``module`` compiled against ``header``: with zig, by the commands zig_direct.py
     recorded for the header (recording them the first time), else by the compiler's driver."""
-    checked = opts.execution == "checked"
+    checked = opts.checked
     direct = zig_direct.commands(header, str(module), str(module.with_suffix(".o")), str(out)) \
         if tc.kind == "zig" else None
     if direct is not None and all(toolchain.run(cmd).returncode == 0 for cmd in direct):

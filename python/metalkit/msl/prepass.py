@@ -42,8 +42,9 @@ def prepass(text: str, is_user, constants: dict | None = None, only=None, duplic
     ``execution``: "auto" (SIMT where the transform applies, else "fibers"), or one model for every
     kernel with barriers or SIMD-group functions: "fibers" (a fiber per thread, lanes meeting before
     each statement) or "threads" (a fiber per thread running the code as written: the reference);
-    "checked" is "threads" for every kernel, barriers or not, built for check= races, uninit and
-    lockstep (codegen.launchers, toolchain's flags).
+    "checked" is "auto" with the kernels that would run as a loop run as "threads", and
+    "checked-threads" is "threads" for every kernel, barriers or not: the builds for check=
+    races and uninit, and for lockstep (codegen.launchers, toolchain's flags).
     ``head``: the length of a leading part of ``text`` that is metalkit's headers, whole declarations
     that recur in every text after its first line (a marker naming the file): the names they
     declare are read once (msl/pch.py finds it).
@@ -57,7 +58,7 @@ def prepass(text: str, is_user, constants: dict | None = None, only=None, duplic
     attributes.find(unit)
     functions.find(unit)
     structs.find(unit)
-    threadgroup_storage.rewrite(unit, checked=execution == "checked")
+    threadgroup_storage.rewrite(unit, checked=execution.startswith("checked"))
     function_constants.bind(unit)
     kernels.collect(unit, duplicates)
     reach = callgraph.mark(unit)
@@ -80,9 +81,13 @@ def prepass(text: str, is_user, constants: dict | None = None, only=None, duplic
             function_constants.find_unset_uses(unit, reach, found, positions)
             unit.statements = _statements(unit, found, positions)
             unit.call_sync = _call_sync(unit, found, positions, reach)
-    if execution == "auto":
+    if execution in ("auto", "checked"):
         simt.transform(unit, reach, text, head)
-    elif execution == "checked":  # check= races, uninit, lockstep: every thread a fiber, as the reference model
+        if execution == "checked":  # loops too run a fiber per thread, so each access names its thread
+            for k in unit.kernels:
+                if k.execution == "loop":
+                    k.execution = "threads: check= records every memory access"
+    elif execution == "checked-threads":  # check= lockstep: every thread a fiber, as the reference model
         for k in unit.kernels:
             k.execution = "threads: check= records every memory access"
     else:

@@ -111,9 +111,10 @@ class Toolchain:
             # ThreadSanitizer's instrumentation given to the compiler's core only, so the driver
             # links no sanitizer runtime: the module's own callbacks take the calls. Every read
             # is kept (not only those a write in the same block does not cover), so an
-            # uninitialised read is seen.
+            # uninitialised read is seen. No vectorising: the pass leaves accesses wider than 16
+            # bytes uninstrumented.
             cmd += ["-Xclang", "-fsanitize=thread", "-mllvm", "-tsan-instrument-func-entry-exit=0",
-                    "-mllvm", "-tsan-instrument-read-before-write=1"]
+                    "-mllvm", "-tsan-instrument-read-before-write=1", "-fno-vectorize", "-fno-slp-vectorize"]
         return cmd
 
     def version(self) -> str:

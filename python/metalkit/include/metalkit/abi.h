@@ -185,7 +185,7 @@ typedef struct mk_log_arg {
 // A log call (os_log::log_with_type and friends). Who called: in a kernel run as a loop the module
 // knows (`where`: the threadgroup's position, then the thread's position in it); otherwise `where`
 // is null and the runtime knows the fiber running, and `lane` is the caller's SIMD lane when the
-// fiber is a SIMT SIMD-group (~0u: not known, a log call inside a helper function).
+// fiber is a SIMT SIMD-group (~0u: not known, a function reached through a pointer).
 typedef struct mk_log_call {
   const char* subsystem;
   const char* category;
