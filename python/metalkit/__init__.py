@@ -25,6 +25,7 @@ from .custom_kernel import CustomKernel, metal_kernel
 from .execution import Execution
 from .errors import (ArgumentError, CacheError, CheckWarning, CompileError, DeviceError, DispatchError, KernelFault,
                      KernelNotFound, MetalkitError, MetalkitWarning)
+from .kernel_log import KernelMessage, set_kernel_log_handler
 from .library import Library, compile, load
 
 if TYPE_CHECKING:
@@ -34,9 +35,10 @@ __version__ = "0.1.0"
 
 __all__ = [
     "ArgSpec", "ArgumentError", "Batch", "CacheError", "CheckWarning", "CompileError", "CustomKernel", "DeviceError",
-    "DeviceInfo", "DispatchError", "Execution", "Kernel", "KernelFault", "KernelNotFound", "Library", "MetalkitError",
-    "MetalkitWarning", "asarray",
-    "batch", "compile", "device", "empty", "kernels", "load", "metal_kernel", "run", "use", "zeros",
+    "DeviceInfo", "DispatchError", "Execution", "Kernel", "KernelFault", "KernelMessage", "KernelNotFound", "Library",
+    "MetalkitError", "MetalkitWarning", "asarray",
+    "batch", "compile", "device", "empty", "kernels", "load", "metal_kernel", "run", "set_kernel_log_handler", "use",
+    "zeros",
 ]
 
 

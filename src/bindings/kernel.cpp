@@ -12,6 +12,7 @@
 #include "check_option.h"
 #include "convert.h"
 #include "foreign.h"
+#include "kernel_log.h"
 #include "py_batch.h"
 #include "struct_args.h"
 
@@ -553,11 +554,13 @@ py::object PyKernel::call(py::args args, py::kwargs kwargs) {
       batch->fail(e.what());
       return py::none();
     } catch (const KernelFault& e) {
+      deliver_kernel_log();  // what the kernel logged before it faulted
       warn_findings();  // what the checks found that is a warning, beside the fault
       if (!batch) throw;
       batch->fail(e.what());
       return py::none();
     }
+    deliver_kernel_log();
     if (!fresh.empty()) {
       py::object& copyto = MK_PY_ATTR("numpy", "copyto");
       for (auto& st : fresh)

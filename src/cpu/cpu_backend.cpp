@@ -21,6 +21,7 @@
 #include "scheduler.h"
 #include "fiber.h"
 #include "guarded.h"
+#include "kernel_log.h"
 #include "stop.h"
 #include "thread_pool.h"
 
@@ -166,6 +167,7 @@ std::string faulting_thread(mk_launch_fn launch, const mk_dispatch& d, uint64_t 
   again.code_lo = trap.code_lo;
   again.code_hi = trap.code_hi;
   current_trap() = &again;
+  current_log_sink() = nullptr;  // these threads ran (and logged) once already; the chunk ends here
   for (unsigned i = 0; i < n[0] * n[1] * n[2]; ++i) {
     if (!alone_faults(launch, d, g, i, arena, again)) continue;
     if (again.stopped) break;
@@ -402,11 +404,17 @@ class CpuKernel : public KernelImpl {
           watched.push_back({reinterpret_cast<uintptr_t>(l.args[i].data), l.args[i].nbytes,
                              spec_.args[i].elem_size, spec_.args[i].name});
     AccessReport report(std::move(watched), d.ngroups, mod_->code_lo);
+    LogSink log(spec_.name);
     Watch watch(l.limits, stopper, t0);
     ThreadPool::instance().run(groups, chunk, [&](uint64_t first, uint64_t last) {
       if (failed.load(std::memory_order_relaxed) || stopper.flag.load(std::memory_order_relaxed)) return false;
       Fault why;
       bool stopped = false;
+      struct LogScope {  // on every way out
+        LogSink* outer = current_log_sink();
+        explicit LogScope(LogSink* s) { current_log_sink() = s; }
+        ~LogScope() { current_log_sink() = outer; }
+      } log_scope(&log);
       try {
         why = run_trapped(info_, d, first, last, seed, spec_, l, slots_checked, &report, stop, &stopped);
       } catch (const std::exception& e) {  // the pool's work must not throw: make it this call's fault
@@ -426,6 +434,7 @@ class CpuKernel : public KernelImpl {
     const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     last_gpu_time_ = elapsed;
     const uint64_t completed = done.load();
+    log.finish(kernel_log());  // a faulted or stopped dispatch's messages too: what led there
     if (!failed && stopper.flag.load() && completed < groups) {  // stopped by Ctrl-C or the time limit
       const StopReason why = watch.reason();
       const std::string msg = stop_message(spec_, l.limits, why, elapsed, completed, groups);

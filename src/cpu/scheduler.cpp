@@ -1,4 +1,5 @@
 #include "scheduler.h"
+#include "kernel_log.h"
 
 #include <algorithm>
 #include <cstring>
@@ -500,13 +501,25 @@ void* rt_threadgroup_storage(const void* key, mk_u64 size, mk_u64 align, mk_u64 
 const mk_runtime runtime = {MK_ABI_VERSION,    run_group,      rt_barrier,       rt_simd_barrier,
                             rt_simd_exchange,  rt_fault,       run_simt_group,   rt_simt_diverged,
                             rt_simt_barrier,   rt_access,      rt_threadgroup_variable,
-                            rt_atomic,         rt_threadgroup_storage};
+                            rt_atomic,         rt_threadgroup_storage, rt_log};
 
 }  // namespace
 
 const mk_runtime* cpu_runtime() { return &runtime; }
 
 const RunningFiber& running_fiber() { return group().now; }
+
+bool running_thread(unsigned lane, unsigned group_pos[3], unsigned thread[3], bool* lane_known) {
+  Group& g = group();
+  if (!g.running && !g.direct) return false;
+  *lane_known = g.lanes == 1 || lane < 32;
+  const unsigned i = g.lanes == 1 ? g.current : g.current * 32 + (lane < 32 ? lane : 0);
+  thread[0] = i % g.size[0];
+  thread[1] = (i / g.size[0]) % g.size[1];
+  thread[2] = i / (g.size[0] * g.size[1]);
+  std::copy(g.pos, g.pos + 3, group_pos);
+  return true;
+}
 
 void set_shuffle_seed(uint32_t seed) { group().shuffle_seed = seed; }
 

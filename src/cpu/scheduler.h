@@ -35,6 +35,11 @@ struct RunningFiber {
 };
 const RunningFiber& running_fiber();
 
+// Who runs on this OS thread, for a log call that cannot tell (kernel_log.cpp): the threadgroup's
+// position and the thread's position in it. `lane`: a SIMT SIMD-group's lane (~0u: not known, then
+// the SIMD-group's first thread is named and *lane_known is false). False if no group runs here.
+bool running_thread(unsigned lane, unsigned group[3], unsigned thread[3], bool* lane_known);
+
 // After a fault's jump: the group that faulted, described for the message
 // ("threadgroup (1, 0, 0), thread 37 (5, 1, 0)", "" if no fibers ran), and
 // the scheduler made ready for the next group. addr: the faulting address, to

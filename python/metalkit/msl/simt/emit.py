@@ -511,6 +511,11 @@ class Emitter:
             plain = f"{callee}({', '.join(args)})"
             siteful = f"{callee}({', '.join(args + ['__s'])})"
             d = f"decltype({callee0}({', '.join(args0)}))"
+            if self.fn.effects.logs(h):  # a helper that logs: each lane's call is told its lane
+                code.append(f"mk::simt::ret_lanes_t<{d}> {res}; (void){res}; mk::simt::invoke_logging<{d}>(__m, &{res}, "
+                            f"[&](unsigned __l) __attribute__((always_inline)) -> decltype(auto) {{ return {plain}; }});")
+                self.subst[h.a] = (h.b, lambda lane, r=res: f"{r}[{lane}]")
+                continue
             twin = self.twin(h, res, args)
             code.append(f"mk::simt::ret_lanes_t<{d}> {res}; (void){res}; mk::simt::invoke<{d}>(__f, __m, &{res}, "
                         f"[&](unsigned __l, auto __s) __attribute__((always_inline)) -> decltype({siteful}) {{ return {siteful}; }}, "
