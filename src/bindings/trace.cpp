@@ -1,0 +1,52 @@
+#include "trace.h"
+
+#include "../core/checks.h"
+#include "../cpu/access_trace.h"
+
+namespace py = pybind11;
+
+namespace mk {
+
+static_assert(sizeof(TraceRecord) == 16, "metalkit/trace.py reads records as 16 bytes");
+
+void bind_trace(py::module_& m) {
+  m.def(
+      "_trace_call",
+      [](py::object kernel, py::args args, py::kwargs kwargs) {
+        // The request holds for the one kernel call below, and ends however it ends.
+        struct Request {
+          Request() {
+            taken_trace().reset();
+            trace_request() = kCheckTrace | kCheckBounds;
+          }
+          ~Request() { trace_request() = 0; }
+        } request;
+        return kernel(*args, **kwargs);
+      },
+      py::arg("kernel"),
+      "Calls kernel(*args, **kwargs) recording who touches each element (metalkit.trace; CPU simulator).");
+  m.def(
+      "_take_trace",
+      []() -> py::object {
+        std::unique_ptr<AccessTrace> t = std::move(taken_trace());
+        if (!t) return py::none();
+        py::list memories;
+        for (const TracedMemory& x : t->memories)
+          memories.append(py::make_tuple(x.name, x.size, x.elem_size, x.threadgroup));
+        auto dims = [](const unsigned* v) { return py::make_tuple(v[0], v[1], v[2]); };
+        py::dict out;
+        out["kernel"] = t->kernel;
+        out["grid"] = dims(t->grid);
+        out["threadgroup"] = dims(t->tg);
+        out["threadgroups"] = dims(t->ngroups);
+        out["memories"] = memories;
+        out["records"] = py::bytes(reinterpret_cast<const char*>(t->records.data()), t->records.size() * sizeof(TraceRecord));
+        out["full"] = t->full;
+        return std::move(out);
+      },
+      "The last traced dispatch of this thread, once: kernel, geometry, memories (name, bytes, element "
+      "bytes, threadgroup) and records (16 bytes each: element i8, threadgroup u4, thread u2, memory u1, "
+      "flags u1: 1 read, 2 write, 4 atomic); None if none.");
+}
+
+}  // namespace mk
