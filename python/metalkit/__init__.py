@@ -26,6 +26,7 @@ from .execution import Execution
 from .errors import (ArgumentError, CacheError, CheckWarning, CompileError, DeviceError, DispatchError, KernelFault,
                      KernelNotFound, MetalkitError, MetalkitWarning)
 from .library import Library, compile, load
+from .tracing import Trace, TracedMemory, trace
 
 if TYPE_CHECKING:
     from ._core import Batch, Kernel
@@ -35,8 +36,8 @@ __version__ = "0.1.0"
 __all__ = [
     "ArgSpec", "ArgumentError", "Batch", "CacheError", "CheckWarning", "CompileError", "CustomKernel", "DeviceError",
     "DeviceInfo", "DispatchError", "Execution", "Kernel", "KernelFault", "KernelNotFound", "Library", "MetalkitError",
-    "MetalkitWarning", "asarray",
-    "batch", "compile", "device", "empty", "kernels", "load", "metal_kernel", "run", "use", "zeros",
+    "MetalkitWarning", "Trace", "TracedMemory", "asarray",
+    "batch", "compile", "device", "empty", "kernels", "load", "metal_kernel", "run", "trace", "use", "zeros",
 ]
 
 
