@@ -23,6 +23,17 @@ class TracedMemory:
     ``length`` counts elements; ``shape`` is the shape a picture draws it in (the numpy
     array's shape where the call passed one of that size, else ``(length,)``); ``threadgroup``:
     one copy per threadgroup (its elements are indices within a copy).
+
+    >>> import numpy as np, metalkit as mk
+    >>> lib = mk.compile('''
+    ... #include <metal_stdlib>
+    ... using namespace metal;
+    ... kernel void shift(device const float* a [[buffer(0)]], device float* out [[buffer(1)]],
+    ...                   uint i [[thread_position_in_grid]]) { out[i] = a[i + 1]; }
+    ... ''')
+    >>> t = mk.trace(lib.shift, np.arange(5, dtype=np.float32), np.zeros(4, np.float32), grid=4)
+    >>> t.memories["a"]
+    TracedMemory(name='a', length=5, elem_size=4, threadgroup=False, shape=(5,))
     """
     name: str
     length: int
@@ -36,6 +47,19 @@ class Trace:
 
     Threads are named by their linear index in the grid (``x + grid_x * (y + grid_y * z)``);
     :meth:`thread_positions` turns them into positions. :meth:`draw` makes the picture.
+
+    >>> import numpy as np, metalkit as mk
+    >>> lib = mk.compile('''
+    ... #include <metal_stdlib>
+    ... using namespace metal;
+    ... kernel void shift(device const float* a [[buffer(0)]], device float* out [[buffer(1)]],
+    ...                   uint i [[thread_position_in_grid]]) { out[i] = a[i + 1]; }
+    ... ''')
+    >>> t = mk.trace(lib.shift, np.arange(5, dtype=np.float32), np.zeros(4, np.float32), grid=4)
+    >>> t
+    <metalkit.Trace of 'shift': grid (4, 1, 1), threadgroup (4, 1, 1), 8 accesses of a, out>
+    >>> t.reads("a").tolist()   # (element, thread): thread i reads a[i + 1]
+    [[1, 0], [2, 1], [3, 2], [4, 3]]
     """
 
     def __init__(self, got: dict[str, Any], shapes: dict[str, tuple[int, ...]], fault: Optional[str]):
@@ -72,6 +96,18 @@ class Trace:
         of bounds), ``thread`` (linear in the grid), ``group`` (the threadgroup, linear),
         ``local`` (the thread's linear index in its threadgroup) and ``read``, ``write``,
         ``atomic`` (bool). A thread touching an element again right after counts once.
+
+        >>> import numpy as np, metalkit as mk
+        >>> lib = mk.compile('''
+        ... #include <metal_stdlib>
+        ... using namespace metal;
+        ... kernel void shift(device const float* a [[buffer(0)]], device float* out [[buffer(1)]],
+        ...                   uint i [[thread_position_in_grid]]) { out[i] = a[i + 1]; }
+        ... ''')
+        >>> t = mk.trace(lib.shift, np.arange(5, dtype=np.float32), np.zeros(4, np.float32), grid=4)
+        >>> w = t.accesses("out")
+        >>> w["element"].tolist(), w["thread"].tolist(), bool(w["write"].all())
+        ([0, 1, 2, 3], [0, 1, 2, 3], True)
         """
         r = self._records[self._records["memory"] == self._memory(name)]
         out = np.empty(len(r), [("element", "i8"), ("thread", "i8"), ("group", "i8"), ("local", "i8"),
@@ -84,11 +120,35 @@ class Trace:
         return out
 
     def reads(self, name: str) -> np.ndarray:
-        """The distinct (element, thread) pairs of reads of ``name``, sorted: shape (k, 2)."""
+        """The distinct (element, thread) pairs of reads of ``name``, sorted: shape (k, 2).
+
+        >>> import numpy as np, metalkit as mk
+        >>> lib = mk.compile('''
+        ... #include <metal_stdlib>
+        ... using namespace metal;
+        ... kernel void shift(device const float* a [[buffer(0)]], device float* out [[buffer(1)]],
+        ...                   uint i [[thread_position_in_grid]]) { out[i] = a[i + 1]; }
+        ... ''')
+        >>> t = mk.trace(lib.shift, np.arange(5, dtype=np.float32), np.zeros(4, np.float32), grid=4)
+        >>> t.reads("a")[:2].tolist(), t.reads("out").shape
+        ([[1, 0], [2, 1]], (0, 2))
+        """
         return self._pairs(name, "read")
 
     def writes(self, name: str) -> np.ndarray:
-        """The distinct (element, thread) pairs of writes to ``name``, sorted: shape (k, 2)."""
+        """The distinct (element, thread) pairs of writes to ``name``, sorted: shape (k, 2).
+
+        >>> import numpy as np, metalkit as mk
+        >>> lib = mk.compile('''
+        ... #include <metal_stdlib>
+        ... using namespace metal;
+        ... kernel void shift(device const float* a [[buffer(0)]], device float* out [[buffer(1)]],
+        ...                   uint i [[thread_position_in_grid]]) { out[i] = a[i + 1]; }
+        ... ''')
+        >>> t = mk.trace(lib.shift, np.arange(5, dtype=np.float32), np.zeros(4, np.float32), grid=4)
+        >>> t.writes("out")[-1].tolist()
+        [3, 3]
+        """
         return self._pairs(name, "write")
 
     def _pairs(self, name: str, kind: str) -> np.ndarray:
@@ -97,7 +157,19 @@ class Trace:
         return np.unique(np.stack([a["element"], a["thread"]], axis=1).reshape(-1, 2), axis=0)
 
     def thread_positions(self, thread: Union[int, np.ndarray]) -> np.ndarray:
-        """Grid positions (x, y, z) of threads given by linear index: shape (..., 3)."""
+        """Grid positions (x, y, z) of threads given by linear index: shape (..., 3).
+
+        >>> import numpy as np, metalkit as mk
+        >>> lib = mk.compile('''
+        ... #include <metal_stdlib>
+        ... using namespace metal;
+        ... kernel void shift(device const float* a [[buffer(0)]], device float* out [[buffer(1)]],
+        ...                   uint i [[thread_position_in_grid]]) { out[i] = a[i + 1]; }
+        ... ''')
+        >>> t = mk.trace(lib.shift, np.arange(5, dtype=np.float32), np.zeros(4, np.float32), grid=4)
+        >>> t.thread_positions(3).tolist()
+        [3, 0, 0]
+        """
         t = np.asarray(thread, np.int64)
         gx, gy, _ = self.grid
         return np.stack([t % gx, t // gx % gy, t // (gx * gy)], axis=-1)
@@ -127,8 +199,12 @@ class Trace:
         ... kernel void shift(device const float* a [[buffer(0)]], device float* out [[buffer(1)]],
         ...                   uint i [[thread_position_in_grid]]) { out[i] = a[i + 1]; }
         ... ''')
-        >>> t = mk.trace(lib.shift, np.arange(5, dtype=np.float32), np.zeros(4, np.float32))
-        >>> fig = t.draw()  # doctest: +SKIP
+        >>> t = mk.trace(lib.shift, np.arange(5, dtype=np.float32), np.zeros(4, np.float32), grid=4)
+        >>> try:
+        ...     import matplotlib
+        ... except ImportError:  # the picture needs it
+        ...     matplotlib = None
+        >>> fig = t.draw(color_by="threadgroup") if matplotlib else None
         """
         from .trace_drawing import draw
         return draw(self, path, color_by, groups)
