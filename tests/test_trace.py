@@ -173,3 +173,24 @@ def test_notebook_and_errors(rng, monkeypatch):
     with pytest.raises(ImportError, match=r"metalkit\[draw\]"):
         t.draw()
     assert t._repr_png_() is None
+
+
+RAMP = """
+kernel void ramp(device float* img [[buffer(0)]], constant uint& width [[buffer(1)]],
+                 uint2 p [[thread_position_in_grid]]) { img[p.y * width + p.x] = p.x; }
+"""
+
+
+def test_partial_threadgroups_name_the_right_threads(rng, tmp_path):
+    """At the grid's edge a threadgroup is partial, and its threads' indices count across its own
+    width: each element of img is written by the thread at its position all the same."""
+    lib = build(RAMP)
+    h, w = (int(x) for x in rng.integers(3, 9, 2))
+    img = np.zeros((h, w), np.float32)
+    t = mk.trace(lib.ramp, img, w, grid=(w, h), threadgroup=(4, 2))
+    np.testing.assert_array_equal(img, np.broadcast_to(np.arange(w, dtype=np.float32), (h, w)))
+    e = np.arange(h * w)
+    same(t.writes("img"), np.stack([e, e], axis=1))
+    np.testing.assert_array_equal(t.thread_positions(e)[:, :2], np.stack([e % w, e // w], axis=1))
+    assert t.memories["img"].shape == (h, w)
+    draws(t, tmp_path / "ramp.png", color_by="threadgroup")

@@ -175,11 +175,11 @@ class Trace:
         return np.stack([t % gx, t // gx % gy, t // (gx * gy)], axis=-1)
 
     def _global(self, group: np.ndarray, local: np.ndarray) -> np.ndarray:
-        (tx, ty, _), (nx, ny, _), (gx, gy, _) = self.threadgroup, self.threadgroups, self.grid
-        x = group % nx * tx + local % tx
-        y = group // nx % ny * ty + local // tx % ty
-        z = group // (nx * ny) * self.threadgroup[2] + local // (tx * ty)
-        return x + gx * (y + gy * z)
+        (tx, ty, tz), (nx, ny, _), (gx, gy, gz) = self.threadgroup, self.threadgroups, self.grid
+        ox, oy, oz = group % nx * tx, group // nx % ny * ty, group // (nx * ny) * tz
+        # A threadgroup at the grid's edge may be partial: its threads count across its own width.
+        wx, wy = np.minimum(tx, gx - ox), np.minimum(ty, gy - oy)
+        return ox + local % wx + gx * (oy + local // wx % wy + gy * (oz + local // (wx * wy)))
 
     def draw(self, path: Optional[str] = None, color_by: str = "thread", groups: int = 4) -> Any:
         """Draw the trace as the GPU puzzles draw their answers; returns a matplotlib Figure.
