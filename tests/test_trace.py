@@ -163,6 +163,8 @@ def test_notebook_and_errors(rng, monkeypatch):
         mk.trace(lib.guard, a, np.zeros(4, np.float32), 4, grid=0)
     with pytest.raises(mk.DispatchError, match="CPU simulator"):
         mk.trace(print, a)
+    with mk.batch(), pytest.raises(mk.DispatchError, match=r"outside metalkit.batch\(\)"):
+        mk.trace(lib.guard, a, np.zeros(4, np.float32), 4)
     lib.guard(a, np.zeros(4, np.float32), 4)  # the trace was asked for one call: this one keeps none
     assert mk._core._take_trace() is None
     pytest.importorskip("matplotlib")

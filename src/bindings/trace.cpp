@@ -1,7 +1,9 @@
 #include "trace.h"
 
 #include "../core/checks.h"
+#include "../core/errors.h"
 #include "../cpu/access_trace.h"
+#include "py_batch.h"
 
 namespace py = pybind11;
 
@@ -13,6 +15,8 @@ void bind_trace(py::module_& m) {
   m.def(
       "_trace_call",
       [](py::object kernel, py::args args, py::kwargs kwargs) {
+        if (current_batch())  // a batch may run the call later, or not at all after a fault
+          throw DispatchError("metalkit.trace runs its call at once: call it outside metalkit.batch()");
         // The request holds for the one kernel call below, and ends however it ends.
         struct Request {
           Request() {
