@@ -1,5 +1,6 @@
 """metalkit.trace on GPU puzzle kernels: which elements each thread read and wrote, against what
 numpy says the kernel should touch, and the pictures Trace.draw makes of it."""
+import re
 import sys
 
 import numpy as np
@@ -196,3 +197,13 @@ def test_partial_threadgroups_name_the_right_threads(rng, tmp_path):
     np.testing.assert_array_equal(t.thread_positions(e)[:, :2], np.stack([e % w, e // w], axis=1))
     assert t.memories["img"].shape == (h, w)
     draws(t, tmp_path / "ramp.png", color_by="threadgroup")
+
+
+def test_readme_example_runs(tmp_path, monkeypatch):
+    pytest.importorskip("matplotlib")
+    from test_docs import readme_section
+    section = readme_section("The CPU backend and its compiler").split("### Pictures of who touched what", 1)[1]
+    (code,) = re.findall(r"```python\n(.*?)```", section, re.S)
+    monkeypatch.chdir(tmp_path)
+    exec(compile(code, "README.md", "exec"), {})
+    assert (tmp_path / "pool.png").read_bytes().startswith(b"\x89PNG")
