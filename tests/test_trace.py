@@ -164,6 +164,12 @@ def test_notebook_and_errors(rng, monkeypatch):
         mk.trace(lib.guard, a, np.zeros(4, np.float32), 4, grid=0)
     with pytest.raises(mk.DispatchError, match="CPU simulator"):
         mk.trace(print, a)
+    with pytest.raises(mk.KernelFault, match=r"kernel 'guard' .*keeps at most 3 accesses .*trace a smaller grid"):
+        mk.trace(lib.guard, a, np.zeros(4, np.float32), 4, max_accesses=3)  # 8 accesses
+    assert len(mk.trace(lib.guard, a, np.zeros(4, np.float32), 4, max_accesses=8).accesses("a")) == 4
+    big = np.zeros(1 << 15, np.float32)  # two chunks of threadgroups, each log under the cap, together over it
+    with pytest.raises(mk.KernelFault, match="keeps at most 40000 accesses"):
+        mk.trace(lib.guard, big, big.copy(), big.size, threadgroup=1024, max_accesses=40000)
     with mk.batch(), pytest.raises(mk.DispatchError, match=r"outside metalkit.batch\(\)"):
         mk.trace(lib.guard, a, np.zeros(4, np.float32), 4)
     lib.guard(a, np.zeros(4, np.float32), 4)  # the trace was asked for one call: this one keeps none

@@ -236,7 +236,7 @@ def _shapes(kernel: Any, args: tuple[Any, ...], named: dict[str, Any]) -> dict[s
     return {k: tuple(v.shape) for k, v in given.items() if isinstance(v, np.ndarray) and v.ndim > 0}
 
 
-def trace(kernel: Any, *args: Any, **launch: Any) -> Trace:
+def trace(kernel: Any, *args: Any, max_accesses: int = 1 << 24, **launch: Any) -> Trace:
     """Run ``kernel(*args, **launch)`` once on the CPU simulator, recording which threads read
     and wrote each element of every buffer argument and of threadgroup memory.
 
@@ -244,8 +244,8 @@ def trace(kernel: Any, *args: Any, **launch: Any) -> Trace:
     between inaccessible pages, which are copied back as usual: outputs are computed. An access
     past an array's end is recorded, then ends the call as a ``KernelFault`` would;
     ``Trace.fault`` then holds its message and the trace shows what happened until then. At
-    most 16777216 accesses are kept (one per element and thread); a call making more raises
-    ``KernelFault`` saying so.
+    most ``max_accesses`` are kept (one per element and thread; 16 bytes each); a call making
+    more raises ``KernelFault`` saying so.
 
     >>> import numpy as np, metalkit as mk
     >>> lib = mk.compile('''
@@ -263,9 +263,11 @@ def trace(kernel: Any, *args: Any, **launch: Any) -> Trace:
     from . import _core
     if not isinstance(kernel, _core.Kernel) or kernel.execution == "gpu":
         raise DispatchError(f"metalkit.trace runs kernels of the CPU simulator (metalkit.use('cpu')), got {kernel!r}")
+    if max_accesses < 1:
+        raise ValueError(f"max_accesses must be at least 1, got {max_accesses}")
     fault: Optional[str] = None
     try:
-        _core._trace_call(kernel, *args, **launch)
+        _core._trace_call(kernel, max_accesses, *args, **launch)
     except KernelFault as e:
         fault = str(e)
         got = _core._take_trace()

@@ -14,21 +14,23 @@ static_assert(sizeof(TraceRecord) == 16, "metalkit/trace.py reads records as 16 
 void bind_trace(py::module_& m) {
   m.def(
       "_trace_call",
-      [](py::object kernel, py::args args, py::kwargs kwargs) {
+      [](py::object kernel, uint64_t max_accesses, py::args args, py::kwargs kwargs) {
         if (current_batch())  // a batch may run the call later, or not at all after a fault
           throw DispatchError("metalkit.trace runs its call at once: call it outside metalkit.batch()");
         // The request holds for the one kernel call below, and ends however it ends.
         struct Request {
-          Request() {
+          explicit Request(uint64_t cap) {
             taken_trace().reset();
             trace_request() = kCheckTrace | kCheckBounds;
+            trace_cap() = cap;
           }
           ~Request() { trace_request() = 0; }
-        } request;
+        } request(max_accesses);
         return kernel(*args, **kwargs);
       },
-      py::arg("kernel"),
-      "Calls kernel(*args, **kwargs) recording who touches each element (metalkit.trace; CPU simulator).");
+      py::arg("kernel"), py::arg("max_accesses"),
+      "Calls kernel(*args, **kwargs) recording who touches each element, at most max_accesses times "
+      "(metalkit.trace; CPU simulator).");
   m.def(
       "_take_trace",
       []() -> py::object {

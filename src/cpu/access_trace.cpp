@@ -50,8 +50,8 @@ int64_t floor_div(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1)
 
 }  // namespace
 
-AccessTrace::AccessTrace(std::string k, std::vector<TracedMemory> buffers, const mk_dispatch& d)
-    : kernel(std::move(k)), memories(std::move(buffers)) {
+AccessTrace::AccessTrace(std::string k, std::vector<TracedMemory> buffers, const mk_dispatch& d, uint64_t c)
+    : kernel(std::move(k)), cap(c), memories(std::move(buffers)) {
   std::copy(d.grid, d.grid + 3, grid);
   std::copy(d.tg, d.tg + 3, tg);
   std::copy(d.ngroups, d.ngroups + 3, ngroups);
@@ -70,16 +70,16 @@ unsigned AccessTrace::threadgroup_memory(const std::string& name, uint64_t size,
 
 void AccessTrace::merge(std::vector<TraceRecord>& log) {
   std::lock_guard<std::mutex> lk(lock_);
-  if (records.size() + log.size() > kCap) {
+  if (records.size() + log.size() > cap) {
     full = true;
-    log.resize(kCap - std::min<uint64_t>(kCap, records.size()));
+    log.resize(cap - std::min<uint64_t>(cap, records.size()));
   }
   records.insert(records.end(), log.begin(), log.end());
 }
 
 std::string AccessTrace::cap_message() const {
-  return "metalkit.trace keeps at most " + std::to_string(kCap) +
-         " accesses (one per element and thread), and kernel '" + kernel + "' made more: trace a smaller grid";
+  return "metalkit.trace keeps at most " + std::to_string(cap) + " accesses (one per element and thread; "
+         "max_accesses=), and the kernel made more: trace a smaller grid";
 }
 
 TraceScope::TraceScope(AccessTrace* trace, const std::vector<TracedMemory>& slots) {
@@ -130,7 +130,7 @@ void trace_access(uintptr_t addr, uint64_t size, unsigned flags, const RunningFi
     }
     l->records.push_back(rec);
   }
-  if (l->records.size() > AccessTrace::kCap) raise_fault(l->trace->cap_message());  // merge() marks it full
+  if (l->records.size() > l->trace->cap) raise_fault(l->trace->cap_message());  // merge() marks it full
 }
 
 void trace_threadgroup_variable(uintptr_t addr, uint64_t size, uint64_t elem_size, const char* name) {
@@ -140,6 +140,11 @@ void trace_threadgroup_variable(uintptr_t addr, uint64_t size, uint64_t elem_siz
     if (r.lo == addr) return;
   const unsigned id = l->trace->threadgroup_memory(name, size, elem_size);
   if (id < kMaxMemories) l->ranges.push_back(range_of(addr, size, elem_size, id));
+}
+
+uint64_t& trace_cap() {
+  static thread_local uint64_t cap = uint64_t(1) << 24;
+  return cap;
 }
 
 std::unique_ptr<AccessTrace>& taken_trace() {

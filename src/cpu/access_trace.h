@@ -38,15 +38,15 @@ struct TracedMemory {
 // threads meet it) and the records of every chunk.
 class AccessTrace {
  public:
-  AccessTrace(std::string kernel, std::vector<TracedMemory> buffers, const mk_dispatch& d);
+  // `cap`: at most this many records; a bigger trace stops the dispatch with a fault saying so.
+  AccessTrace(std::string kernel, std::vector<TracedMemory> buffers, const mk_dispatch& d, uint64_t cap);
   // The index of threadgroup memory `name`, added when first met (every chunk meets the same).
   unsigned threadgroup_memory(const std::string& name, uint64_t size, uint64_t elem_size);
   void merge(std::vector<TraceRecord>& log);
-  // At most this many records: a bigger trace stops the dispatch with a fault saying so.
-  static constexpr uint64_t kCap = uint64_t(1) << 24;
   std::string cap_message() const;
 
   std::string kernel;
+  uint64_t cap;
   unsigned grid[3], tg[3], ngroups[3];  // as dispatched
   std::vector<TracedMemory> memories;
   std::vector<TraceRecord> records;
@@ -69,6 +69,9 @@ class TraceScope {
 // Called by rt_access and rt_threadgroup_variable under kCheckTrace.
 void trace_access(uintptr_t addr, uint64_t size, unsigned flags, const RunningFiber& f);
 void trace_threadgroup_variable(uintptr_t addr, uint64_t size, uint64_t elem_size, const char* name);
+
+// The cap of the next traced dispatch on this OS thread (metalkit.trace's max_accesses).
+uint64_t& trace_cap();
 
 // The trace of the last traced dispatch on this OS thread, for the bindings to take.
 std::unique_ptr<AccessTrace>& taken_trace();

@@ -409,7 +409,7 @@ class CpuKernel : public KernelImpl {
         if (spec_.args[i].kind == ArgKind::Buffer && l.args[i].data && !l.args[i].none)
           buffers.push_back({spec_.args[i].name, l.args[i].nbytes, std::max<uint64_t>(1, spec_.args[i].elem_size),
                              false, reinterpret_cast<uintptr_t>(l.args[i].data)});
-      trace = std::make_unique<AccessTrace>(spec_.name, std::move(buffers), d);
+      trace = std::make_unique<AccessTrace>(spec_.name, std::move(buffers), d, trace_cap());
     }
     Watch watch(l.limits, stopper, t0);
     ThreadPool::instance().run(groups, chunk, [&](uint64_t first, uint64_t last) {
