@@ -178,6 +178,9 @@ def test_notebook_and_errors(rng, monkeypatch):
     assert t._repr_png_().startswith(b"\x89PNG") and "<svg" in t._repr_svg_()
     with pytest.raises(ValueError, match="color_by"):
         t.draw(color_by="lane")
+    wide = mk.trace(lib.guard, np.zeros(5000, np.float32), np.zeros(4, np.float32), 4, grid=4)
+    with pytest.raises(ValueError, match="'guard': a .* has 5000 cells, too many to draw"):
+        wide.draw()
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     with pytest.raises(ImportError, match=r"metalkit\[draw\]"):
         t.draw()

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <utility>
 
 #include "../core/errors.h"
 #include "../core/watchdog.h"
@@ -341,7 +342,7 @@ py::object PyKernel::call(py::args args, py::kwargs kwargs) {
       named.emplace_back(std::move(key), item.second);  // a parameter by name
     }
   }
-  checks |= trace_request();  // metalkit.trace
+  checks |= std::exchange(trace_request(), 0u);  // metalkit.trace asks for this one call
   const std::vector<py::handle> values =
       match_arguments(sp, slot_params_, args, named, [this] { return signature(); }, kCallKeywords);
 
