@@ -100,10 +100,7 @@ def draw(t: Trace, path: Optional[str], color_by: str, groups: int) -> Any:
         top = y0 - min(rows)
         for e in range(m.length):
             x, y = place(e)
-            boxes.append((Rectangle((x, top + y), 1, 1), "white", "0.6", 0.8, "-"))
-        for e in outside:
-            x, y = place(e)
-            boxes.append((Rectangle((x, top + y), 1, 1), "white", _OOB, 1.5, "--"))
+            boxes.append((Rectangle((x, top + y), 1, 1), "white", "none", 0, "-"))
         for e in np.unique(acc["element"]):
             here = acc[acc["element"] == e]
             x, y = place(int(e))
@@ -124,6 +121,12 @@ def draw(t: Trace, path: Optional[str], color_by: str, groups: int) -> Any:
             if len(every) > len(readers):
                 texts.append((x + 0.95, y + 0.95, f"+{len(every) - len(readers)}",
                               dict(fontsize=5, ha="right", va="bottom")))
+        for e in range(m.length):  # cell edges over the fills, so equal colours stay apart
+            x, y = place(e)
+            boxes.append((Rectangle((x, top + y), 1, 1), "none", "0.55", 0.8, "-"))
+        for e in outside:
+            x, y = place(e)
+            boxes.append((Rectangle((x, top + y), 1, 1), "none", _OOB, 1.5, "--"))
         width = max(width, float(cols))
         y0 = top + max(rows) + 1.8
 
