@@ -74,7 +74,9 @@ def draw(t: Trace, path: Optional[str], color_by: str, groups: int) -> Any:
     for i, x, y in zip(ids, cx, cy):
         boxes.append((Rectangle((x, y0 + y), 1, 1), color(int(i)), "white", 0.5, "-"))
         if nthreads <= 256:
-            texts.append((x + 0.5, y0 + y + 0.5, str(i), dict(fontsize=6, ha="center", va="center")))
+            r, g_, b, _ = color(int(i))
+            ink = "white" if 0.299 * r + 0.587 * g_ + 0.114 * b < 0.45 else "black"  # readable on dark colours
+            texts.append((x + 0.5, y0 + y + 0.5, str(i), dict(fontsize=6, ha="center", va="center", color=ink)))
         g = at[(int(x), int(y))]
         for dx, dy, seg in ((-1, 0, [(x, y), (x, y + 1)]), (1, 0, [(x + 1, y), (x + 1, y + 1)]),
                             (0, -1, [(x, y), (x + 1, y)]), (0, 1, [(x, y + 1), (x + 1, y + 1)])):

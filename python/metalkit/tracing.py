@@ -2,6 +2,7 @@
 threadgroup memory, in one run on the CPU simulator, and pictures of it (trace_drawing.py)."""
 from __future__ import annotations
 
+import io
 from dataclasses import dataclass
 from typing import Any, Optional, Union
 
@@ -14,6 +15,8 @@ _RECORD = np.dtype([("element", "<i8"), ("group", "<u4"), ("thread", "<u2"), ("m
 _READ, _WRITE, _ATOMIC = 1, 2, 4
 
 _Dims3 = tuple[int, int, int]
+# A kernel call's own keywords (Kernel.__call__); the others name parameters.
+_LAUNCH = {"grid", "threadgroups", "threadgroup", "threadgroup_memory", "check", "shuffle", "timeout"}
 
 
 @dataclass(frozen=True)
@@ -221,7 +224,6 @@ class Trace:
             fig = self.draw()
         except ImportError:  # a notebook without matplotlib shows the repr
             return None
-        import io
         out = io.BytesIO()
         fig.savefig(out, format=fmt)
         return out.getvalue()
@@ -254,7 +256,7 @@ def trace(kernel: Any, *args: Any, max_accesses: int = 1 << 24, **launch: Any) -
     ... kernel void pool(device const float* a [[buffer(0)]], device float* out [[buffer(1)]],
     ...                  uint i [[thread_position_in_grid]]) { out[i] = a[i] + a[i + 1]; }
     ... ''')
-    >>> t = mk.trace(lib.pool, np.arange(4, dtype=np.float32), np.zeros(4, np.float32), grid=4)
+    >>> t = mk.trace(lib.pool, np.arange(4, dtype=np.float32), np.zeros(4, np.float32), grid=4, threadgroup=4)
     >>> t.reads("a")[:, 0].tolist()   # elements read (thread 3 reads a[4], past the end)
     [0, 1, 1, 2, 2, 3, 3, 4]
     >>> t.fault is not None, t.writes("out").tolist()   # thread 3 faulted before writing
@@ -279,5 +281,3 @@ def trace(kernel: Any, *args: Any, max_accesses: int = 1 << 24, **launch: Any) -
         raise DispatchError(f"kernel '{kernel.name}' ran no threads: nothing to trace")
     return Trace(got, _shapes(kernel, args, {k: v for k, v in launch.items() if k not in _LAUNCH}), fault)
 
-
-_LAUNCH = {"grid", "threadgroups", "threadgroup", "threadgroup_memory", "check", "shuffle", "timeout"}
