@@ -216,3 +216,31 @@ def test_readme_example_runs(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     exec(compile(code, "README.md", "exec"), {})
     assert (tmp_path / "pool.png").read_bytes().startswith(b"\x89PNG")
+
+
+COUNT = """
+// Counts the positive elements with an atomic, and sums each SIMD-group's 32 with simd_sum.
+kernel void count(device atomic_uint* n [[buffer(0)]], device const float* x [[buffer(1)]],
+                  device float* s [[buffer(2)]],
+                  uint i [[thread_position_in_grid]], uint l [[thread_index_in_simdgroup]]) {
+    if (x[i] > 0) atomic_fetch_add_explicit(n, 1, memory_order_relaxed);
+    float v = simd_sum(x[i]);
+    if (l == 0) s[i / 32] = v;
+}
+"""
+
+
+def test_atomics_and_simd_groups(rng):
+    """An atomic update is one access that reads and writes, marked atomic; a SIMD-group's lanes
+    are each named, so the lane that writes the SIMD-group's sum is."""
+    lib = build(COUNT)
+    x = rng.standard_normal(128).astype(np.float32)
+    n, s = np.zeros(1, np.uint32), np.zeros(4, np.float32)
+    t = mk.trace(lib.count, n, x, s, grid=128, threadgroup=64)
+    assert n[0] == (x > 0).sum()
+    np.testing.assert_allclose(s, x.reshape(4, 32).sum(axis=1), rtol=1e-4, atol=1e-5)
+    acc = t.accesses("n")
+    np.testing.assert_array_equal(np.sort(acc["thread"]), np.flatnonzero(x > 0))
+    assert acc["atomic"].all() and acc["read"].all() and acc["write"].all()
+    same(t.writes("s"), np.array([(k, 32 * k) for k in range(4)]))
+    assert not t.accesses("x")["atomic"].any()
