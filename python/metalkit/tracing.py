@@ -244,8 +244,9 @@ def trace(kernel: Any, *args: Any, max_accesses: int = 1 << 24, **launch: Any) -
 
     Every thread runs on its own (as under ``check="lockstep"``), on copies of the arrays
     between inaccessible pages, which are copied back as usual: outputs are computed. An access
-    past an array's end is recorded, then ends the call as a ``KernelFault`` would;
-    ``Trace.fault`` then holds its message and the trace shows what happened until then. At
+    past an array's end is recorded, then ends the call as a ``KernelFault`` would (with
+    ``check=True``: your arrays stay as they were); ``Trace.fault`` then holds its message and
+    the trace shows what happened until then. At
     most ``max_accesses`` are kept (one per element and thread; 16 bytes each); a call making
     more raises ``KernelFault`` saying so.
 
