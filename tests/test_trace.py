@@ -89,6 +89,7 @@ def test_pooling_reads_past_its_window(rng, tmp_path):
     out = np.zeros(size, np.float32)
     t = mk.trace(lib.pool_ahead, a, out, size, grid=size, threadgroup=size)
     assert "past the end of parameter 'a'" in t.fault
+    assert (out == 0).all()  # nothing is copied back after a fault
     bad = size - 2  # reads a[size - 2], a[size - 1], then a[size]
     want = np.array([(j + k, j) for j in range(bad + 1) for k in range(3)])
     same(t.reads("a"), want)
