@@ -51,7 +51,7 @@ int64_t floor_div(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1)
 }  // namespace
 
 AccessTrace::AccessTrace(std::string k, std::vector<TracedMemory> buffers, const mk_dispatch& d, uint64_t c)
-    : kernel(std::move(k)), cap(c), memories(std::move(buffers)) {
+    : kernel(std::move(k)), cap(c), nbuffers(unsigned(buffers.size())), memories(std::move(buffers)) {
   std::copy(d.grid, d.grid + 3, grid);
   std::copy(d.tg, d.tg + 3, tg);
   std::copy(d.ngroups, d.ngroups + 3, ngroups);
@@ -66,6 +66,11 @@ unsigned AccessTrace::threadgroup_memory(const std::string& name, uint64_t size,
   if (memories.size() >= kMaxMemories) return kMaxMemories;  // not recorded
   memories.push_back({name, size, elem_size ? elem_size : 1, true, 0});
   return unsigned(memories.size() - 1);
+}
+
+TracedMemory AccessTrace::memory(unsigned i) const {
+  std::lock_guard<std::mutex> lk(lock_);
+  return memories[i];
 }
 
 void AccessTrace::merge(std::vector<TraceRecord>& log) {
@@ -88,11 +93,10 @@ TraceScope::TraceScope(AccessTrace* trace, const std::vector<TracedMemory>& slot
   l.trace = trace;
   l.ranges.clear();
   l.records.clear();
-  for (size_t i = 0; i < trace->memories.size(); ++i)
-    if (!trace->memories[i].threadgroup) {
-      const TracedMemory& m = trace->memories[i];
-      l.ranges.push_back(range_of(m.data, m.size, m.elem_size, unsigned(i)));
-    }
+  for (unsigned i = 0; i < trace->nbuffers; ++i) {
+    const TracedMemory m = trace->memory(i);
+    l.ranges.push_back(range_of(m.data, m.size, m.elem_size, i));
+  }
   for (const TracedMemory& s : slots) {
     const unsigned id = trace->threadgroup_memory(s.name, s.size, s.elem_size);
     if (id < kMaxMemories) l.ranges.push_back(range_of(s.data, s.size, s.elem_size, id));

@@ -42,18 +42,21 @@ class AccessTrace {
   AccessTrace(std::string kernel, std::vector<TracedMemory> buffers, const mk_dispatch& d, uint64_t cap);
   // The index of threadgroup memory `name`, added when first met (every chunk meets the same).
   unsigned threadgroup_memory(const std::string& name, uint64_t size, uint64_t elem_size);
+  // Memory i (a copy: other chunks may be adding threadgroup memory meanwhile).
+  TracedMemory memory(unsigned i) const;
   void merge(std::vector<TraceRecord>& log);
   std::string cap_message() const;
 
   std::string kernel;
   uint64_t cap;
   unsigned grid[3], tg[3], ngroups[3];  // as dispatched
-  std::vector<TracedMemory> memories;
+  const unsigned nbuffers;  // memories [0, nbuffers) are the buffer arguments
+  std::vector<TracedMemory> memories;  // read only once the dispatch is over
   std::vector<TraceRecord> records;
   bool full = false;  // the cap was reached: records are missing
 
  private:
-  std::mutex lock_;
+  mutable std::mutex lock_;
 };
 
 // Records this OS thread's accesses into `trace` for one chunk (nothing if null); `slots`: the
