@@ -54,11 +54,12 @@ def draw(t: Trace, path: Optional[str], color_by: str, groups: int) -> Any:
     width = 1.0
 
     def panel(title: str, cells: int) -> None:
-        nonlocal y0
+        nonlocal y0, width
         if cells > _MAX_CELLS:
             raise ValueError(f"'{t.kernel}': {title} has {cells} cells, too many to draw (at most {_MAX_CELLS}); "
                              "trace a smaller grid")
         texts.append((0, y0 + 0.9, title, dict(fontsize=10, weight="bold", va="bottom")))
+        width = max(width, 0.3 * len(title))  # about a bold 10-point character's width, in cells
         y0 += 1.2
 
     # The threads: by grid position (z layers stacked), or a wrapped row for a 1D grid.
@@ -85,11 +86,11 @@ def draw(t: Trace, path: Optional[str], color_by: str, groups: int) -> Any:
     width = max(width, float(cx.max()) + 1)
     y0 += float(cy.max()) + 1.8
 
-    def cells(m: TracedMemory, acc: np.ndarray, title: str) -> None:
+    def cells(m: TracedMemory, acc: np.ndarray, title: str, shape: tuple[int, ...]) -> None:
         nonlocal y0, width
         outside = sorted({int(e) for e in acc["element"] if e < 0 or e >= m.length})
-        if len(m.shape) > 1:  # rows of the last dimension; out-of-bounds elements in the rows before or after
-            cols, lo = m.shape[-1], 0
+        if len(shape) > 1:  # rows of the last dimension; out-of-bounds elements in the rows before or after
+            cols, lo = shape[-1], 0
         else:  # one row (wrapped), out-of-bounds elements before or after it
             lo = min([0] + outside)
             cols = min(max([m.length] + [e + 1 for e in outside]) - lo, _WRAP)
@@ -134,15 +135,17 @@ def draw(t: Trace, path: Optional[str], color_by: str, groups: int) -> Any:
 
     for name, m in t.memories.items():
         acc = t.accesses(name)
-        what = "threadgroup memory" if m.threadgroup else "buffer"
-        shape = "x".join(map(str, m.shape))
         if not m.threadgroup:
-            cells(m, acc, f"{name}  ({what}, {shape})")
+            cells(m, acc, f"{name}  (buffer, {'x'.join(map(str, m.shape))})", m.shape)
             continue
+        # One element per thread of a 2D threadgroup: a tile, drawn in the threadgroup's shape.
+        tile = m.length == tx * ty and ty > 1
+        shape = (ty, tx) if tile else m.shape
         seen = np.unique(acc["group"])
         for g in seen[:groups]:
             pos = (int(g) % nx, int(g) // nx % ny, int(g) // (nx * ny))
-            cells(m, acc[acc["group"] == g], f"{name}  ({what}, {shape}) of threadgroup {pos}")
+            size = f"{ty}x{tx} tile" if tile else str(m.length)
+            cells(m, acc[acc["group"] == g], f"{name}  (threadgroup memory, {size}) of threadgroup {pos}", shape)
         if len(seen) > groups:
             texts.append((0, y0, f"... and {len(seen) - groups} more threadgroups", dict(fontsize=8, va="top")))
             y0 += 1

@@ -192,7 +192,8 @@ class Trace:
         a grid: a cell a thread wrote is filled with its colour (split among several writers),
         a dot in a thread's colour marks each thread that read it, and elements out of bounds
         appear past the array's edge in red. Threadgroup memory is drawn per threadgroup, for
-        the first ``groups`` of them. ``path`` ("out.png", "out.svg"...): also saved there.
+        the first ``groups`` of them (in the threadgroup's shape if it holds one element per
+        thread of a 2D threadgroup). ``path`` ("out.png", "out.svg"...): also saved there.
         Needs matplotlib (``pip install "metalkit[draw]"``).
 
         >>> import numpy as np, metalkit as mk
