@@ -93,7 +93,7 @@ def draw(t: Trace, path: Optional[str], color_by: str, groups: int) -> Any:
             cols, lo = shape[-1], 0
         else:  # one row (wrapped), out-of-bounds elements before or after it
             lo = min([0] + outside)
-            cols = min(max([m.length] + [e + 1 for e in outside]) - lo, _WRAP)
+            cols = max(1, min(max([m.length] + [e + 1 for e in outside]) - lo, _WRAP))
 
         def place(e: int) -> tuple[int, int]:
             return (e - lo) % cols, (e - lo) // cols
