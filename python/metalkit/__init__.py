@@ -27,6 +27,7 @@ from .errors import (ArgumentError, CacheError, CheckWarning, CompileError, Devi
                      KernelNotFound, MetalkitError, MetalkitWarning)
 from .kernel_log import KernelMessage, set_kernel_log_handler
 from .library import Library, compile, load
+from .tracing import Trace, TracedMemory, trace
 
 if TYPE_CHECKING:
     from ._core import Batch, Kernel
@@ -36,9 +37,9 @@ __version__ = "0.1.0"
 __all__ = [
     "ArgSpec", "ArgumentError", "Batch", "CacheError", "CheckWarning", "CompileError", "CustomKernel", "DeviceError",
     "DeviceInfo", "DispatchError", "Execution", "Kernel", "KernelFault", "KernelMessage", "KernelNotFound", "Library",
-    "MetalkitError", "MetalkitWarning", "asarray",
-    "batch", "compile", "device", "empty", "kernels", "load", "metal_kernel", "run", "set_kernel_log_handler", "use",
-    "zeros",
+    "MetalkitError", "MetalkitWarning", "Trace", "TracedMemory", "asarray",
+    "batch", "compile", "device", "empty", "kernels", "load", "metal_kernel", "run", "set_kernel_log_handler", "trace",
+    "use", "zeros",
 ]
 
 

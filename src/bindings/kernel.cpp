@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <utility>
 
 #include "../core/errors.h"
 #include "../core/watchdog.h"
@@ -342,6 +343,7 @@ py::object PyKernel::call(py::args args, py::kwargs kwargs) {
       named.emplace_back(std::move(key), item.second);  // a parameter by name
     }
   }
+  checks |= std::exchange(trace_request(), 0u);  // metalkit.trace asks for this one call
   const std::vector<py::handle> values =
       match_arguments(sp, slot_params_, args, named, [this] { return signature(); }, kCallKeywords);
 
@@ -444,10 +446,10 @@ py::object PyKernel::call(py::args args, py::kwargs kwargs) {
                         "METALKIT_VALIDATE=1 for Apple's shader validation");
   launch.shuffle_seed = shuffle;
   launch.checks = checks;
-  // The access checks run the kernel's checked build, every access recorded; lockstep needs the one
-  // where every thread is a fiber (elsewhere the runtime knows an access's SIMD-group, not its lane).
+  // The access checks run the kernel's checked build, every access recorded; lockstep (and metalkit.trace)
+  // needs the one where every thread is a fiber (elsewhere the runtime knows an access's SIMD-group, not its lane).
   const std::shared_ptr<KernelImpl> run =
-      checks & kCheckAccesses ? checked_impl(sp.name, checks & kCheckLockstep) : impl_;
+      checks & kCheckAccesses ? checked_impl(sp.name, checks & kCheckPerThread) : impl_;
   check_warnings().clear();
   // Checked mode: every array runs on a copy between inaccessible pages, so an
   // out-of-bounds index faults at once and the caller's arrays stay untouched.

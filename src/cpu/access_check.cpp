@@ -6,6 +6,7 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "access_trace.h"
 #include "scheduler.h"
 
 // The threadgroup (linear index + 1; 0: none) that last wrote and last read a byte of a watched
@@ -343,6 +344,10 @@ void rt_access(const void* addr, mk_u64 size, unsigned flags, const void* pc) {
   const uintptr_t a = reinterpret_cast<uintptr_t>(addr);
   const RunningFiber& f = *s.fiber;
   if (!f.running) return;
+  if (s.checks & kCheckTrace) {
+    trace_access(a, size, flags, f);
+    if (!(s.checks & kCheckHazards)) return;
+  }
   if (!s.writes.empty()) settle_writes(s);
   if (!s.reads.empty() && s.reads_epoch != f.epoch) settle_reads(s);
   const bool write = flags & MK_ACCESS_WRITE, atomic = flags & MK_ACCESS_ATOMIC;
@@ -427,6 +432,7 @@ void rt_threadgroup_variable(const void* addr, mk_u64 size, mk_u64 elem_size, co
   State& s = *armed;
   const RunningFiber& f = *s.fiber;
   const uintptr_t a = reinterpret_cast<uintptr_t>(addr);
+  if (s.checks & kCheckTrace) trace_threadgroup_variable(a, size, elem_size, name);
   Memory* m = memory_at(s, a);
   if (!m) {
     Memory fresh;

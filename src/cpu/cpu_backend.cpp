@@ -17,6 +17,7 @@
 #include "../core/errors.h"
 #include "../core/watchdog.h"
 #include "access_check.h"
+#include "access_trace.h"
 #include "fault.h"
 #include "scheduler.h"
 #include "fiber.h"
@@ -191,7 +192,7 @@ struct StopPoint {
 // dispatch was stopped in them.
 Fault run_trapped(const mk_kernel_info& k, const mk_dispatch& d, uint64_t first, uint64_t last, uint32_t seed,
                   const KernelSpec& spec, const Launch& l, const CheckedSlots* checked, AccessReport* report,
-                  const StopPoint& stop, bool* stopped) {
+                  AccessTrace* trace, const StopPoint& stop, bool* stopped) {
   char* arena = checked ? checked_threadgroup_arena(checked->sizes, checked->offsets) : tg_arena();
   forget_threadgroup_variables();  // a checked build's kernel-scope variables take cells as they are reached
   prepare_fault_handling();
@@ -203,6 +204,10 @@ Fault run_trapped(const mk_kernel_info& k, const mk_dispatch& d, uint64_t first,
       if (spec.args[i].kind == ArgKind::Threadgroup && l.args[i].nbytes)
         slots.push_back({reinterpret_cast<uintptr_t>(arena) + reinterpret_cast<uintptr_t>(d.args[i]), l.args[i].nbytes,
                          std::max<uint64_t>(1, spec.args[i].elem_size), spec.args[i].name});
+  std::vector<TracedMemory> traced_slots;
+  if (trace)
+    for (const CheckedMemory& c : slots) traced_slots.push_back({c.name, c.size, c.elem_size, true, c.data});
+  TraceScope tracing(trace, traced_slots);
   AccessScope scope(l.checks & kCheckAccesses ? l.checks : 0, report, std::move(slots));
   FaultTrap trap;
   trap.message.reserve(256);
@@ -405,6 +410,16 @@ class CpuKernel : public KernelImpl {
                              spec_.args[i].elem_size, spec_.args[i].name});
     AccessReport report(std::move(watched), d.ngroups, mod_->code_lo);
     LogSink log(spec_.name);
+    // metalkit.trace: every buffer argument, read-only ones too.
+    std::unique_ptr<AccessTrace> trace;
+    if (l.checks & kCheckTrace) {
+      std::vector<TracedMemory> buffers;
+      for (size_t i = 0; i < l.args.size(); ++i)
+        if (spec_.args[i].kind == ArgKind::Buffer && l.args[i].data && !l.args[i].none)
+          buffers.push_back({spec_.args[i].name, l.args[i].nbytes, std::max<uint64_t>(1, spec_.args[i].elem_size),
+                             false, reinterpret_cast<uintptr_t>(l.args[i].data)});
+      trace = std::make_unique<AccessTrace>(spec_.name, std::move(buffers), d, trace_cap());
+    }
     Watch watch(l.limits, stopper, t0);
     ThreadPool::instance().run(groups, chunk, [&](uint64_t first, uint64_t last) {
       if (failed.load(std::memory_order_relaxed) || stopper.flag.load(std::memory_order_relaxed)) return false;
@@ -416,7 +431,7 @@ class CpuKernel : public KernelImpl {
         ~LogScope() { current_log_sink() = outer; }
       } log_scope(&log);
       try {
-        why = run_trapped(info_, d, first, last, seed, spec_, l, slots_checked, &report, stop, &stopped);
+        why = run_trapped(info_, d, first, last, seed, spec_, l, slots_checked, &report, trace.get(), stop, &stopped);
       } catch (const std::exception& e) {  // the pool's work must not throw: make it this call's fault
         bool overflow;
         abandon_group(0, &overflow);
@@ -435,6 +450,12 @@ class CpuKernel : public KernelImpl {
     last_gpu_time_ = elapsed;
     const uint64_t completed = done.load();
     log.finish(kernel_log());  // a faulted or stopped dispatch's messages too: what led there
+    if (trace) {  // for the bindings, whatever happened: a fault is the last thing a trace shows
+      taken_trace() = std::move(trace);
+      if (!failed && taken_trace()->full)
+        throw KernelFault("kernel '" + spec_.name + "' (" + spec_.file + ":" + std::to_string(spec_.line) +
+                          "): " + taken_trace()->cap_message());
+    }
     if (!failed && stopper.flag.load() && completed < groups) {  // stopped by Ctrl-C or the time limit
       const StopReason why = watch.reason();
       const std::string msg = stop_message(spec_, l.limits, why, elapsed, completed, groups);
