@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "access_trace.h"
+#include "fault.h"
 #include "scheduler.h"
 
 // The threadgroup (linear index + 1; 0: none) that last wrote and last read a byte of a watched
@@ -486,6 +487,13 @@ mk_u64 rt_atomic(volatile void* addr, unsigned size, unsigned op, mk_u64 value, 
                          : op == MK_ATOMIC_STORE ? MK_ACCESS_ATOMIC | MK_ACCESS_WRITE
                                                  : MK_ACCESS_ATOMIC | MK_ACCESS_WRITE | MK_ACCESS_UPDATE;
   rt_access(const_cast<const void*>(addr), size, flags, pc);
+  // A fault in the operation below is the module's: reported at the instruction that asked.
+  FaultTrap* trap = current_trap();
+  struct Behalf {
+    FaultTrap* t;
+    ~Behalf() { if (t) t->on_behalf_of = 0; }
+  } behalf{trap};
+  if (trap) trap->on_behalf_of = reinterpret_cast<uintptr_t>(pc) - 1;
   switch (size) {
     case 1: return atomic_op(static_cast<volatile uint8_t*>(addr), op, uint8_t(value), expected);
     case 2: return atomic_op(static_cast<volatile uint16_t*>(addr), op, uint16_t(value), expected);

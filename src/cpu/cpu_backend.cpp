@@ -249,7 +249,8 @@ Fault run_trapped(const mk_kernel_info& k, const mk_dispatch& d, uint64_t first,
     f.what = trap.message;
     return f;
   }
-  f.pc = trap.pc;
+  const bool in_module = trap.pc >= trap.code_lo && trap.pc < trap.code_hi;
+  f.pc = !in_module && trap.on_behalf_of ? trap.on_behalf_of : trap.pc;
   if (overflow) {
     f.what = "stack overflow in " + where;
     f.advice = spec.execution == "loop"
