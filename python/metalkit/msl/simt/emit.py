@@ -21,6 +21,9 @@ LANES = "for (unsigned __l = 0; __l < 32u; ++__l) if (__m >> __l & 1u)"
 # 32: lane l's x position is the SIMD-group's first x + l; 16, 8: the SIMD-group covers rows of
 # that many threads of a 16- or 8-wide threadgroup, lane l at column l % w of row l / w.
 SHAPES = {32: "__affine", 16: "__rows == 16u", 8: "__rows == 8u"}
+# metalkit's SIMD-group functions whose twins (include/metalkit/simd.h) run the whole SIMD-group
+# at once; the others go through the exchange, a call per lane.
+STDLIB_TWINS = {f"{scope}_{op}" for scope in ("simd", "quad") for op in ("sum", "product", "min", "max", "and", "or", "xor")}
 
 
 def _divisions(node) -> list:
@@ -519,13 +522,14 @@ class Emitter:
         return " ".join(code)
 
     def twin(self, h, res: str, args: list[str]) -> str:
-        """The lambda calling the SIMT twin of the user function h calls (mk::simt::no_twin{} if none can)."""
+        """The lambda calling the SIMT twin of the function h calls: a user function's, or one of STDLIB_TWINS
+        (mk::simt::no_twin{} if none can)."""
         f = getattr(h, "callee", None)
         if f is None:
             return "mk::simt::no_twin{}"
         name = self.fn.effects.callee_name(h)
         through = self.fn.effects.through_tparam(h)
-        if name not in self.fn.effects.sync_names and not through:
+        if name not in self.fn.effects.sync_names and not through and name not in STDLIB_TWINS:
             return "mk::simt::no_twin{}"
         dep = "mk::simt::dep<decltype(__t)>"
         accs = []
