@@ -217,3 +217,92 @@ def test_simd_groups_of_one_threadgroup_touching_one_device_element_race():
     # Within a SIMD-group the same pattern holds only by lockstep: a warning under "all".
     found = run_checked(src, "shift", x.copy(), x, grid=64, threadgroup=64, check="lockstep")
     assert found and all("relies on SIMD-group lockstep" in f and "device memory 'y'" in f for f in found)
+
+
+EDGE = """
+kernel void edge_blocks(device float* y [[buffer(0)]], device const float* x [[buffer(1)]],
+                        constant uint& n [[buffer(2)]], uint g [[threadgroup_position_in_grid]],
+                        uint l [[thread_position_in_threadgroup]]) {
+    uint start = min(g * 32u, n - 32u);            // the last block overlaps the one before it
+    y[start + l] = VALUE;                          // store
+}
+"""
+
+
+def test_two_writes_of_the_same_value_do_not_race_and_of_different_values_do():
+    x = np.random.default_rng(6).random(100).astype(np.float32)
+    y = np.zeros_like(x)
+    assert run_checked(EDGE.replace("VALUE", "x[start + l] * 3.0f"), "edge_blocks", y, x, np.uint32(100),
+                       threadgroups=4, threadgroup=32, check="races") == []
+    np.testing.assert_array_equal(y, x * 3)
+    src = EDGE.replace("VALUE", "float(g)")
+    with pytest.raises(mk.KernelFault) as e:
+        run_checked(src, "edge_blocks", y, x, np.uint32(100), threadgroups=4, threadgroup=32, check="races")
+    store = line_of(src, "// store")
+    assert (f"data race between threadgroups (two writes) on device memory 'y' elements 68 to 95: written at "
+            f"edge_blocks.metal:{store} by threadgroup (2, 0, 0), written at edge_blocks.metal:{store} by "
+            "threadgroup (3, 0, 0) (28 times)") in str(e.value), str(e.value)
+
+
+BROADCAST = """
+kernel void broadcast(device const float* x [[buffer(0)]], device float* y [[buffer(1)]],
+                      uint i [[thread_position_in_grid]], uint lane [[thread_index_in_simdgroup]],
+                      uint sg [[simdgroup_index_in_threadgroup]]) {
+    threadgroup float first[2];
+    if (lane == 0) first[sg] = x[i];               // lane 0
+    SYNC
+    y[i] = x[i] - first[sg];                       // every lane
+}
+"""
+
+
+def test_a_simdgroup_barrier_orders_its_lanes_and_without_it_they_rely_on_lockstep():
+    x = np.random.default_rng(7).random(64).astype(np.float32)
+    found = run_checked(BROADCAST.replace("SYNC", ""), "broadcast", x, np.zeros_like(x), grid=64, threadgroup=64)
+    assert found and all("relies on SIMD-group lockstep (a write, then a read)" in f for f in found), found
+    y = np.zeros_like(x)
+    assert run_checked(BROADCAST.replace("SYNC", "simdgroup_barrier(mem_flags::mem_threadgroup);"), "broadcast",
+                       x, y, grid=64, threadgroup=64) == []
+    np.testing.assert_array_equal(y, x - np.repeat(x[::32], 32))
+
+
+TG_SHIFT = """
+kernel void shift(device const float* x [[buffer(0)]], device float* y [[buffer(1)]],
+                  uint i [[thread_position_in_grid]], uint l [[thread_position_in_threadgroup]]) {
+    threadgroup float s[64];
+    threadgroup float w[4] = {1.0f, 2.0f, 3.0f, 4.0f};
+    s[l] = x[i] * w[l % 4];
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    y[i] = s[NEXT];                                // load
+}
+"""
+
+
+def test_a_kernel_scope_threadgroup_array_is_guarded_in_the_checked_build():
+    x = np.random.default_rng(4).random(128).astype(np.float32)
+    src = TG_SHIFT.replace("NEXT", "l + 1")
+    with pytest.raises(mk.KernelFault, match=rf"past the end of threadgroup variable 's' of 64 elements \(element 64\), "
+                                             rf"in threadgroup \(\d, 0, 0\), thread 63 .* at shift.metal:"
+                                             rf"{line_of(src, '// load')}"):
+        run_checked(src, "shift", x, np.zeros_like(x), grid=128, threadgroup=64)
+    y = np.zeros_like(x)
+    assert run_checked(TG_SHIFT.replace("NEXT", "(l + 1) % 64"), "shift", x, y, grid=128, threadgroup=64) == []
+    w = np.tile(np.float32([1, 2, 3, 4]), 32)
+    np.testing.assert_array_equal(y, np.roll((x * w).reshape(2, 64), -1, axis=1).ravel())
+
+
+def test_a_kernel_scope_array_is_guarded_at_its_own_end_after_a_larger_one_used_the_storage():
+    big = """
+kernel void big(device const float* x [[buffer(0)]], device float* y [[buffer(1)]],
+                uint l [[thread_position_in_threadgroup]], uint n [[threads_per_threadgroup]]) {
+    threadgroup float s[4096];
+    for (uint k = l; k < 4096; k += n) s[k] = x[k];
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    for (uint k = l; k < 4096; k += n) y[k] = s[4095 - k];
+}
+"""
+    x = np.random.default_rng(5).random(4096).astype(np.float32)
+    y = np.zeros_like(x)
+    assert run_checked(big, "big", x, y, grid=64, threadgroup=64) == []
+    np.testing.assert_array_equal(y, x[::-1])
+    test_a_kernel_scope_threadgroup_array_is_guarded_in_the_checked_build()

@@ -13,7 +13,7 @@ import metalkit
 # Every module a public object's docstring lives in (the test below checks it stays so).
 MODULES = ["metalkit", "metalkit.library", "metalkit.bundled", "metalkit.arrays", "metalkit._device",
            "metalkit._argspec", "metalkit._core", "metalkit.custom_kernel", "metalkit.execution",
-           "metalkit.errors"]
+           "metalkit.errors", "metalkit.kernel_log", "metalkit.tracing"]
 CALL_KEYWORDS = ["grid", "threadgroups", "threadgroup", "threadgroup_memory", "check", "shuffle", "timeout"]
 ENV_DEFAULTS = {"check": "METALKIT_CHECK", "shuffle": "METALKIT_SHUFFLE", "timeout": "METALKIT_TIMEOUT"}
 # Dunders documented like public members: how the class is used.

@@ -466,7 +466,9 @@ def test_the_backend_guards_its_newer_names():
     assert {"MTLPipelineOptionBindingInfo", "MTLMathModeFast", "MTLMathModeSafe", "setMathMode:",
             "setMathFloatingPointFunctions:", "MTLMathFloatingPointFunctionsPrecise"} <= newer_sdk
     assert {"MTLBinding", "MTLBufferBinding", "MTLLanguageVersion3_1", "bindings", "setMathMode:"} <= newer_os
-    assert {u.name for u in uses if u.kind == "function"} == {"from_bindings"}
+    assert {u.name for u in uses if u.kind == "function"} == {"from_bindings", "enable_logging"}
+    assert {"MTLLogStateDescriptor", "MTLLogState", "addLogHandler:", "setLogState:", "setEnableLogging:",
+            "MTLLanguageVersion3_2"} <= newer_sdk & newer_os
     assert (10, 9) < DEPLOYMENT_TARGET <= OLDEST_SDK
 
 
@@ -552,6 +554,14 @@ _UNGUARDED = [
      {"MTLLanguageVersion3_1"}),
     ("metal_library.mm", "if (@available(macOS 15.0, *)) {", "if (true) {",
      {"setMathMode:", "setMathFloatingPointFunctions:"}),
+    ("metal_library.mm", "if (@available(macOS 15.0, *)) enable_logging", "if (true) enable_logging",
+     {"enable_logging"}),
+    ("metal_library.mm", ") API_AVAILABLE(macos(15.0)) {", ") {", {"MTLLanguageVersion3_2", "setEnableLogging:"}),
+    ("metal_device.mm", "if (@available(macOS 15.0, *)) {", "if (true) {",
+     {"MTLLogStateDescriptor", "MTLLogLevelDebug", "MTLLogState", "MTLLogLevel", "setBufferSize:",
+      "newLogStateWithDescriptor:error:", "addLogHandler:"}),
+    ("metal_dispatch.mm", "if (@available(macOS 15.0, *)) {", "if (true) {",
+     {"setLogState:", "MTLCommandBufferDescriptor", "commandBufferWithDescriptor:", "setRetainedReferences:"}),
 ]
 
 

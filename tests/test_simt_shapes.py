@@ -79,3 +79,43 @@ def test_lanes_of_a_row_read_before_any_writes(device, rng, tg):
     partner = np.arange(w) - tx + (tx ^ 1)
     want = np.where(tx == 5, x, x + x[:, partner])
     np.testing.assert_array_equal(o, want)
+
+
+ROW_LOOP = """
+kernel void row_loop(device const float* x [[buffer(0)]], device float* o [[buffer(1)]],
+                     constant uint& w [[buffer(2)]], uint2 gid [[thread_position_in_grid]],
+                     uint2 tid [[thread_position_in_threadgroup]], uint2 size [[threads_per_threadgroup]]) {
+    threadgroup float t[8][64];
+    t[tid.y][tid.x] = x[gid.y * w + gid.x];
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    if (gid.y == 1 && tid.x == 3) return;  // the SIMD-groups holding it run the loop under a partial mask
+    float acc = 0.0f;
+    for (uint k = 0; k < size.x; ++k) {
+        float a = t[tid.y][k] * float(k + 1);
+        acc += a + t[tid.y][(tid.x + k) % size.x];
+        o[gid.y * w + gid.x] = acc;  // a lane that returned must not store
+    }
+}
+"""
+
+
+@pytest.mark.parametrize("tg", [(16, 4), (8, 4), (32, 2), (4, 8), (12, 3)], ids=lambda t: "x".join(map(str, t)))
+def test_a_uniform_loop_of_lane_statements_in_every_shape(device, rng, tg):
+    """A uniform loop whose body is per-lane statements is written once per shape and for a full
+    mask or not (each version keeps its lanes' values in registers across iterations): every
+    version must give each thread its own row's sums."""
+    lib = build(ROW_LOOP)
+    assert lib.row_loop.execution == "simt"
+    w, h = tg[0] * 2, tg[1] * 2
+    x = rng.random((h, w), dtype=np.float32)
+    o = np.full_like(x, np.nan)
+    lib.row_loop(x, o, w, grid=(w, h), threadgroup=tg)
+    tx = np.arange(w) % tg[0]
+    want = np.empty((h, w))
+    for r in range(h):
+        for c in range(w):
+            row = x[r, c - tx[c]:c - tx[c] + tg[0]].astype(np.float64)
+            k = np.arange(tg[0])
+            want[r, c] = (row * (k + 1)).sum() + row[(tx[c] + k) % tg[0]].sum()
+    want[1, tx == 3] = np.nan  # those threads returned
+    np.testing.assert_allclose(o, want, rtol=1e-5)

@@ -25,7 +25,9 @@ from .custom_kernel import CustomKernel, metal_kernel
 from .execution import Execution
 from .errors import (ArgumentError, CacheError, CheckWarning, CompileError, DeviceError, DispatchError, KernelFault,
                      KernelNotFound, MetalkitError, MetalkitWarning)
+from .kernel_log import KernelMessage, set_kernel_log_handler
 from .library import Library, compile, load
+from .tracing import Trace, TracedMemory, trace
 
 if TYPE_CHECKING:
     from ._core import Batch, Kernel
@@ -34,9 +36,10 @@ __version__ = "0.1.0"
 
 __all__ = [
     "ArgSpec", "ArgumentError", "Batch", "CacheError", "CheckWarning", "CompileError", "CustomKernel", "DeviceError",
-    "DeviceInfo", "DispatchError", "Execution", "Kernel", "KernelFault", "KernelNotFound", "Library", "MetalkitError",
-    "MetalkitWarning", "asarray",
-    "batch", "compile", "device", "empty", "kernels", "load", "metal_kernel", "run", "use", "zeros",
+    "DeviceInfo", "DispatchError", "Execution", "Kernel", "KernelFault", "KernelMessage", "KernelNotFound", "Library",
+    "MetalkitError", "MetalkitWarning", "Trace", "TracedMemory", "asarray",
+    "batch", "compile", "device", "empty", "kernels", "load", "metal_kernel", "run", "set_kernel_log_handler", "trace",
+    "use", "zeros",
 ]
 
 

@@ -89,11 +89,18 @@ class Library:
 
 def load_cpu_library(path: str) -> Library: ...
 
+def _trace_call(kernel: Kernel, max_accesses: int, *args: Any, **kwargs: Any) -> Any:
+    """Calls kernel(*args, **kwargs) recording who touches each element, at most max_accesses times
+    (metalkit.trace; CPU simulator)."""
+
+def _take_trace() -> Optional[dict[str, Any]]:
+    """The last traced dispatch of this thread, once (metalkit.trace reads it); None if none."""
+
 metal_rules: ModuleType  # the Metal backend's decisions, callable on every platform (tests)
 
 if sys.platform == "darwin":  # built with the Metal backend
     def metal_device() -> dict[str, Any]: ...
     def metal_compile(source: str, filename: str, constants: _Constants, fast_math: bool,
-                      kernels: Any) -> Library: ...
+                      kernels: Any, logging: bool = ...) -> Library: ...
     def metal_load_metallib(path: str, constants: _Constants) -> Library: ...
     def metal_allocate(nbytes: int) -> Buffer: ...

@@ -14,6 +14,11 @@ def stage(arr: np.ndarray, guarded: int = 0) -> np.ndarray:
     space and starts above as much: the CPU simulator's checked mode."""
     if guarded:
         from . import _core
+        # The copy must end right at the guard, so a vector read one element past the end faults
+        # too: an alignment its size is not a multiple of gives way, down to the dtype's own
+        # (kernels read vectors with unaligned moves; 8-byte atomics keep their 8-byte dtypes').
+        while guarded > arr.dtype.alignment and arr.nbytes % guarded:
+            guarded //= 2
         buf = _core.allocate_guarded(arr.nbytes, guarded)
     else:
         buf = _allocate(arr.nbytes)

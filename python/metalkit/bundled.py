@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
-from typing import Any, Mapping, Sequence, Union
+from typing import Any, Iterable, Mapping, Sequence, Union
 
 from . import _device
 from .errors import KernelNotFound
@@ -49,7 +49,8 @@ def _find(name: str):
 
 def run(name: str, *args: Any, grid: Dims | None = None, threadgroups: Dims | None = None,
         threadgroup: Dims | None = None, threadgroup_memory: Mapping[int, int] | None = None,
-        check: bool | None = None, shuffle: int | None = None, timeout: float | None = None) -> None:
+        check: bool | str | Iterable[str] | None = None, shuffle: int | None = None,
+        timeout: float | None = None) -> None:
     """Run a bundled kernel by name and wait for it; the arguments are those of ``Kernel.__call__``.
 
     Positional arguments bind to the kernel's parameters in ``[[buffer(n)]]``
@@ -66,7 +67,9 @@ def run(name: str, *args: Any, grid: Dims | None = None, threadgroups: Dims | No
       ``min(grid x, 256, the kernel's maximum)`` along x. All backends.
     - ``threadgroup_memory``: ``{index: nbytes}`` for ``[[threadgroup(index)]]``
       parameters. All backends.
-    - ``check``: bounds-checked copies (default ``METALKIT_CHECK``); CPU simulator only.
+    - ``check``: the CPU simulator's checks: ``True`` (bounds and barriers), ``"all"``
+      (also races, uninitialised reads, reliance on lockstep) or names (default
+      ``METALKIT_CHECK``; see ``Kernel.__call__``). CPU simulator only.
     - ``shuffle``: a seed for shuffled thread order, 0 for index order (default
       ``METALKIT_SHUFFLE``); CPU simulator only.
     - ``timeout``: seconds before a running kernel is stopped with a KernelFault

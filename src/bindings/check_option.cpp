@@ -20,7 +20,7 @@ uint32_t one(const std::string& where, std::string name) {
   if (name == "uninit") return kCheckUninit;
   if (name == "lockstep") return kCheckLockstep;
   if (name == "warn") return kCheckWarn;
-  if (name == "all") return kCheckBounds | kCheckBarriers | kCheckAccesses;
+  if (name == "all") return kCheckBounds | kCheckBarriers | kCheckHazards;
   if (name == "1" || name == "true" || name == "True") return kCheckBounds | kCheckBarriers;
   if (name == "0" || name.empty()) return 0;
   throw ArgumentError(where + "names an unknown check '" + name + "'; it takes " + kNames);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <utility>
 
 #include "../core/errors.h"
 #include "../core/watchdog.h"
@@ -12,6 +13,7 @@
 #include "check_option.h"
 #include "convert.h"
 #include "foreign.h"
+#include "kernel_log.h"
 #include "py_batch.h"
 #include "struct_args.h"
 
@@ -557,10 +559,13 @@ void PyKernel::run_now(Call& c) const {
     c.batch->fail(e.what());
     return;
   } catch (const KernelFault& e) {
+    deliver_kernel_log();  // what the kernel logged before it faulted
+    warn_findings();       // what the checks found that is a warning, beside the fault
     if (!c.batch) throw;
     c.batch->fail(e.what());
     return;
   }
+  deliver_kernel_log();
   if (!c.fresh.empty()) {
     py::object& copyto = MK_PY_ATTR("numpy", "copyto");
     for (auto& st : c.fresh)
@@ -598,6 +603,7 @@ py::object PyKernel::call(py::args args, py::kwargs kwargs) {
   if (!parked().empty()) let_go_of_finished_work();
   const KernelSpec& sp = spec();
   Options o = read_keywords(kwargs);
+  o.checks |= std::exchange(trace_request(), 0u);  // metalkit.trace asks for this one call
   const std::vector<py::handle> values =
       match_arguments(sp, slot_params_, args, o.named, [this] { return signature(); }, kCallKeywords);
 
@@ -621,9 +627,9 @@ py::object PyKernel::call(py::args args, py::kwargs kwargs) {
                         "METALKIT_VALIDATE=1 for Apple's shader validation");
   c.launch.shuffle_seed = o.shuffle;
   c.launch.checks = o.checks;
-  // The access checks run the kernel's checked build, every access recorded; lockstep needs the one
-  // where every thread is a fiber (elsewhere the runtime knows an access's SIMD-group, not its lane).
-  c.run = o.checks & kCheckAccesses ? checked_impl(sp.name, o.checks & kCheckLockstep) : impl_;
+  // The access checks run the kernel's checked build, every access recorded; lockstep (and metalkit.trace)
+  // needs the one where every thread is a fiber (elsewhere the runtime knows an access's SIMD-group, not its lane).
+  c.run = o.checks & kCheckAccesses ? checked_impl(sp.name, o.checks & kCheckPerThread) : impl_;
   check_warnings().clear();
   // Checked mode: every array runs on a copy between inaccessible pages, so an
   // out-of-bounds index faults at once and the caller's arrays stay untouched.

@@ -374,17 +374,19 @@ void register_metal(py::module_& m, WrapLibrary wrap_library) {
     return d;
   }, "The Metal GPU in use, as a dict.");
   m.def("metal_compile", [wrap_library](const std::string& source, const std::string& filename, py::object constants,
-                                        bool fast_math, py::object kernels) {
+                                        bool fast_math, py::object kernels, bool logging) {
     auto args = constant_args(constants);
     auto decls = kernel_decls(kernels);
     std::shared_ptr<LibraryImpl> lib;
     {
       py::gil_scoped_release nogil;
-      lib = metal_compile(source, filename, args, fast_math, decls);
+      lib = metal_compile(source, filename, args, fast_math, decls, logging);
     }
     return wrap_library(std::move(lib));
   }, py::arg("source"), py::arg("filename"), py::arg("constants"), py::arg("fast_math"), py::arg("kernels"),
-     "Compiles MSL source (its #include \"...\" files inlined) for the GPU.");
+     py::arg("logging") = false,
+     "Compiles MSL source (its #include \"...\" files inlined) for the GPU; logging: the source logs "
+     "(<metal_logging>), so shader logging is on where the OS has it.");
   m.def("metal_load_metallib", [wrap_library](const std::string& path, py::object constants) {
     auto args = constant_args(constants);
     std::shared_ptr<LibraryImpl> lib;

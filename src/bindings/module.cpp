@@ -12,6 +12,7 @@
 #include "kernel.h"
 #include "metal_module.h"
 #include "py_batch.h"
+#include "trace.h"
 
 namespace py = pybind11;
 using namespace mk;
@@ -94,6 +95,7 @@ PYBIND11_MODULE(_core, m) {
 
   source_locator() = locate_in_source;
 
+  bind_trace(m);
   m.def("allocate_guarded", [](size_t nbytes, size_t align) { return PyBuffer{cpu_allocate_guarded(nbytes, align)}; },
         py::arg("nbytes"), py::arg("align"), "Checked mode: nbytes ending right at 64 GiB of inaccessible address space, above as much.");
   m.def("allocate", [](size_t nbytes) { return PyBuffer{cpu_allocate(nbytes)}; }, py::arg("nbytes"),

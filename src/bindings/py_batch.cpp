@@ -8,6 +8,7 @@
 #include "../core/errors.h"
 #include "docs.h"
 #include "py_attr.h"
+#include "kernel_log.h"
 
 namespace py = pybind11;
 
@@ -38,7 +39,8 @@ PyBatch::~PyBatch() {
 }
 
 void PyBatch::settle() {
-  if (pending()) {
+  const bool ran = pending();
+  if (ran) {
     py::gil_scoped_release nogil;
     complete();
   }
@@ -49,6 +51,7 @@ void PyBatch::settle() {
   }
   staged.clear();
   keep_alive.clear();
+  if (ran) deliver_kernel_log();  // what the queued calls logged (an emulated queue's, Metal's)
 }
 
 std::shared_ptr<PyBatch> current_batch() { return t_current.lock(); }

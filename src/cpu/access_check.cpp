@@ -3,8 +3,11 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <cstring>
 #include <stdexcept>
 
+#include "access_trace.h"
+#include "fault.h"
 #include "scheduler.h"
 
 // The threadgroup (linear index + 1; 0: none) that last wrote and last read a byte of a watched
@@ -47,6 +50,7 @@ struct Cell {
   bool w_atomic = false, r_atomic = false;
   bool r_many = false;                // several threads read it in r_epoch
   uint32_t w_pc = 0, r_pc = 0;
+  uint32_t w_sg = 0, r_sg = 0;        // the accessing SIMD-group's simdgroup_barriers so far
 };
 
 struct Memory {
@@ -65,6 +69,30 @@ struct State {
   std::vector<Memory> memory;
   std::map<std::tuple<int, bool, uintptr_t, uintptr_t>, Finding> found;
   uint64_t accesses = 0;  // rt_access calls: a finding counts accesses, not bytes
+  // Two writes race only if they store different values (threads storing the same result, or
+  // threadgroups writing an overlapped edge block twice, are harmless): the bytes before the
+  // second store, compared once it is done (at this OS thread's next access).
+  struct PendingWrite {
+    Finding finding;
+    uintptr_t addr;
+    uint64_t n;
+    unsigned char before[8];
+    uint64_t serial;
+  };
+  std::vector<PendingWrite> writes;
+  // With every thread its own fiber, a lane can read before the lane of its SIMD-group that
+  // writes first on the GPU has run: an uninitialised read is reported once its barrier
+  // interval ends, unless its SIMD-group wrote the granule in that interval (then the
+  // reliance on lockstep is the finding).
+  struct PendingRead {
+    Finding finding;
+    size_t memory, cell;
+    unsigned who;
+    uint32_t epoch;
+    uint64_t serial;
+  };
+  std::vector<PendingRead> reads;
+  uint32_t reads_epoch = 0;
 };
 
 State& state() {
@@ -83,24 +111,45 @@ Memory* memory_at(State& s, uintptr_t a) {
   return nullptr;
 }
 
-Finding& noted(State& s, const Finding& fresh) {
+// `serial`: the access that found it (a finding counts accesses, however many granules they touch).
+Finding finding(Hazard kind, bool lockstep, uintptr_t first_pc, uintptr_t second_pc) {
+  Finding x;
+  x.kind = kind;
+  x.lockstep = lockstep;
+  x.first_pc = first_pc;
+  x.second_pc = second_pc;
+  return x;
+}
+
+Finding& noted(State& s, const Finding& fresh, uint64_t serial) {
   auto key = std::make_tuple(int(fresh.kind) | int(fresh.between_groups) << 4 | int(fresh.on_device) << 5, fresh.lockstep, fresh.first_pc, fresh.second_pc);
   auto it = s.found.find(key);
   if (it == s.found.end()) it = s.found.emplace(key, fresh).first;
   Finding& x = it->second;
-  if (x.last_access != s.accesses) ++x.count;
-  x.last_access = s.accesses;
+  if (x.last_access != serial) ++x.count;
+  x.last_access = serial;
   x.lo = std::min(x.lo, fresh.lo);
   x.hi = std::max(x.hi, fresh.hi);
   return x;
 }
 
+// A finding, or for two writes, one to settle once the second is done (State::writes).
+void noted_or_pending(State& s, const Finding& x, uintptr_t addr, uint64_t n) {
+  if (x.kind != Hazard::WriteAfterWrite || !n) {
+    noted(s, x, s.accesses);
+    return;
+  }
+  State::PendingWrite p{x, addr, std::min<uint64_t>(n, 8), {}, s.accesses};
+  std::memcpy(p.before, reinterpret_cast<const void*>(addr), p.n);
+  s.writes.push_back(p);
+}
+
 // A race between threadgroups on a watched device buffer: `other` is the other group's linear index.
 void note_device(State& s, const RunningFiber& f, const AccessReport::Device& d, uint64_t offset, Hazard kind,
-                 uint64_t other, uint32_t other_pc, uint32_t pc) {
+                 uint64_t other, uint32_t other_pc, uint32_t pc, uintptr_t addr = 0, uint64_t bytes = 0) {
   if (!(s.checks & kCheckRaces)) return;
   const unsigned* n = s.report->ngroups;
-  Finding x{kind, false, s.report->code_base + (other_pc & ~kTop), s.report->code_base + pc};
+  Finding x = finding(kind, false, s.report->code_base + (other_pc & ~kTop), s.report->code_base + pc);
   x.between_groups = x.on_device = true;
   x.several_groups = other == kSeveralGroups;
   if (!x.several_groups) {
@@ -112,11 +161,11 @@ void note_device(State& s, const RunningFiber& f, const AccessReport::Device& d,
   x.memory = d.name;
   x.elem_size = d.elem_size;
   x.lo = x.hi = offset;
-  noted(s, x);
+  noted_or_pending(s, x, addr, bytes);
 }
 
 void note(State& s, const RunningFiber& f, const std::string& name, uint64_t elem_size, uint64_t offset, Hazard kind,
-          unsigned other, uint32_t other_pc, uint32_t pc, bool on_device = false);
+          unsigned other, uint32_t other_pc, uint32_t pc, bool on_device = false, uintptr_t addr = 0, uint64_t n = 0);
 
 void device_access(State& s, const RunningFiber& f, AccessReport::Device& d, uint64_t first, uint64_t last,
                    bool reads, bool write, bool atomic, uint32_t pc) {
@@ -139,8 +188,10 @@ void device_access(State& s, const RunningFiber& f, AccessReport::Device& d, uin
       note_device(s, f, d, o, Hazard::ReadAfterWrite, w - 1, wpc, pc);
     if (reads && w_here) note(s, f, d.name, d.elem_size, o, Hazard::ReadAfterWrite, c.w_thread, wpc_at, pc, true);
     if (write) {
-      if (w && w != me && !both_atomic_w) note_device(s, f, d, o, Hazard::WriteAfterWrite, w - 1, wpc, pc);
-      if (w_here) note(s, f, d.name, d.elem_size, o, Hazard::WriteAfterWrite, c.w_thread, wpc_at, pc, true);
+      if (w && w != me && !both_atomic_w)
+        note_device(s, f, d, o, Hazard::WriteAfterWrite, w - 1, wpc, pc, d.lo + o, d.granule);
+      if (w_here)
+        note(s, f, d.name, d.elem_size, o, Hazard::WriteAfterWrite, c.w_thread, wpc_at, pc, true, d.lo + o, d.granule);
       const uint32_t r = __atomic_load_n(&c.r_group, __ATOMIC_RELAXED);
       const uint32_t rpc = __atomic_load_n(&c.r_pc, __ATOMIC_RELAXED);
       const uint32_t rg = r & ~kTop;
@@ -170,14 +221,14 @@ void device_access(State& s, const RunningFiber& f, AccessReport::Device& d, uin
 }
 
 void note(State& s, const RunningFiber& f, const std::string& name, uint64_t elem_size, uint64_t offset, Hazard kind,
-          unsigned other, uint32_t other_pc, uint32_t pc, bool on_device) {
+          unsigned other, uint32_t other_pc, uint32_t pc, bool on_device, uintptr_t addr, uint64_t n) {
   const unsigned me = f.index;
   const bool lockstep = kind != Hazard::Uninitialised && other != kSeveral && other / 32 == me / 32 &&
                         !(kind == Hazard::WriteAfterWrite && other_pc == pc);
   if (lockstep ? !(s.checks & kCheckLockstep) : !(s.checks & (kind == Hazard::Uninitialised ? kCheckUninit : kCheckRaces)))
     return;
   const uintptr_t base = s.report->code_base;
-  Finding x{kind, lockstep, other_pc ? base + other_pc : 0, base + pc};
+  Finding x = finding(kind, lockstep, other_pc ? base + other_pc : 0, base + pc);
   std::copy(f.pos, f.pos + 3, x.group);
   x.first_thread = other;
   x.second_thread = me;
@@ -186,11 +237,31 @@ void note(State& s, const RunningFiber& f, const std::string& name, uint64_t ele
   x.on_device = on_device;
   x.elem_size = elem_size;
   x.lo = x.hi = offset;
-  noted(s, x);
+  noted_or_pending(s, x, addr, n);
 }
 
 size_t cells_bytes(uint64_t size, uint64_t granule) {
   return (size + granule - 1) / granule * sizeof(AccessReport::Device::Cell);
+}
+
+// The second writes of State::writes are done now: those that changed the bytes are races.
+void settle_writes(State& s) {
+  for (const State::PendingWrite& p : s.writes)
+    if (std::memcmp(reinterpret_cast<const void*>(p.addr), p.before, p.n) != 0) noted(s, p.finding, p.serial);
+  s.writes.clear();
+}
+
+// The barrier interval of State::reads has ended: each read its SIMD-group's own write did not
+// follow (which lockstep would have put first, and which is reported as lockstep) was uninitialised.
+void settle_reads(State& s) {
+  for (const State::PendingRead& p : s.reads) {
+    const Cell& c = s.memory[p.memory].cells[p.cell];
+    // (An atomic update reads too: every one of them read the unset value.)
+    const bool lockstep = c.w_epoch == p.epoch && c.w_who != kGroupWrite && c.w_who != p.who &&
+                          c.w_who / 32 == p.who / 32 && !c.w_atomic;
+    if (!lockstep) noted(s, p.finding, p.serial);
+  }
+  s.reads.clear();
 }
 
 }  // namespace
@@ -257,6 +328,8 @@ AccessScope::AccessScope(uint32_t checks, AccessReport* report, std::vector<Chec
 AccessScope::~AccessScope() {
   armed = nullptr;
   State& s = state();
+  settle_writes(s);
+  settle_reads(s);
   std::vector<Finding> found;
   for (auto& kv : s.found) found.push_back(kv.second);
   s.found.clear();
@@ -272,6 +345,12 @@ void rt_access(const void* addr, mk_u64 size, unsigned flags, const void* pc) {
   const uintptr_t a = reinterpret_cast<uintptr_t>(addr);
   const RunningFiber& f = *s.fiber;
   if (!f.running) return;
+  if (s.checks & kCheckTrace) {
+    trace_access(a, size, flags, f);
+    if (!(s.checks & kCheckHazards)) return;
+  }
+  if (!s.writes.empty()) settle_writes(s);
+  if (!s.reads.empty() && s.reads_epoch != f.epoch) settle_reads(s);
   const bool write = flags & MK_ACCESS_WRITE, atomic = flags & MK_ACCESS_ATOMIC;
   const bool reads = !write || (flags & MK_ACCESS_UPDATE);
   // The call, not the instruction after it, as an offset from the module's code.
@@ -293,26 +372,45 @@ void rt_access(const void* addr, mk_u64 size, unsigned flags, const void* pc) {
   const uint16_t me = uint16_t(f.index);
   const uint64_t g = m->granule, o = a - m->lo;
   const uint64_t first = o / g, last = (std::min<uint64_t>(m->size, o + size) + g - 1) / g;
+  // Another thread's access of this interval, unless a simdgroup_barrier of their one
+  // SIMD-group came between.
+  auto unordered = [&](uint32_t epoch, unsigned who, uint32_t sg) {
+    return epoch == f.epoch && who != me && (who / 32 != me / 32 || sg == f.sg_epoch);
+  };
   for (uint64_t k = first; k < last; ++k) {
     Cell& c = m->cells[k];
     const uint64_t byte = k * g;
     const bool written = c.w_epoch >= f.group_epoch;
     if (reads) {
-      if (!written)
+      if (!written && f.lanes == 1 && (s.checks & kCheckUninit)) {  // settled when the interval ends
+        const size_t mi = size_t(m - s.memory.data());
+        const uintptr_t base = s.report->code_base;
+        Finding x = finding(Hazard::Uninitialised, false, 0, base + at);
+        std::copy(f.pos, f.pos + 3, x.group);
+        x.first_thread = x.second_thread = me;
+        x.memory = m->name;
+        x.elem_size = m->elem_size;
+        x.lo = x.hi = byte;
+        s.reads.push_back({x, mi, size_t(k), me, f.epoch, s.accesses});
+        s.reads_epoch = f.epoch;
+      } else if (!written) {
         note(s, f, m->name, m->elem_size, byte, Hazard::Uninitialised, me, 0, at);
-      else if (c.w_epoch == f.epoch && c.w_who != me && c.w_who != kGroupWrite && !(atomic && c.w_atomic))
+      }
+      else if (unordered(c.w_epoch, c.w_who, c.w_sg) && c.w_who != kGroupWrite && !(atomic && c.w_atomic))
         note(s, f, m->name, m->elem_size, byte, Hazard::ReadAfterWrite, c.w_who, c.w_pc, at);
     }
     if (write) {
-      if (written && c.w_epoch == f.epoch && c.w_who != me && c.w_who != kGroupWrite && !(atomic && c.w_atomic))
-        note(s, f, m->name, m->elem_size, byte, Hazard::WriteAfterWrite, c.w_who, c.w_pc, at);
-      if (c.r_epoch == f.epoch && (c.r_who != me || c.r_many) && !(atomic && c.r_atomic))
+      if (written && unordered(c.w_epoch, c.w_who, c.w_sg) && c.w_who != kGroupWrite && !(atomic && c.w_atomic))
+        note(s, f, m->name, m->elem_size, byte, Hazard::WriteAfterWrite, c.w_who, c.w_pc, at, false, m->lo + byte, g);
+      if (c.r_epoch == f.epoch && (c.r_who != me || c.r_many) && !(atomic && c.r_atomic) &&
+          (c.r_many || unordered(c.r_epoch, c.r_who, c.r_sg)))
         note(s, f, m->name, m->elem_size, byte, Hazard::WriteAfterRead, c.r_who != me ? c.r_who : c.r_other, c.r_pc,
              at);
       c.w_epoch = f.epoch;
       c.w_who = me;
       c.w_atomic = atomic;
       c.w_pc = at;
+      c.w_sg = f.sg_epoch;
     } else if (c.r_epoch == f.epoch) {
       if (!c.r_many && c.r_who != me) {
         c.r_many = true;
@@ -325,6 +423,7 @@ void rt_access(const void* addr, mk_u64 size, unsigned flags, const void* pc) {
       c.r_many = false;
       c.r_atomic = atomic;
       c.r_pc = at;
+      c.r_sg = f.sg_epoch;
     }
   }
 }
@@ -334,6 +433,7 @@ void rt_threadgroup_variable(const void* addr, mk_u64 size, mk_u64 elem_size, co
   State& s = *armed;
   const RunningFiber& f = *s.fiber;
   const uintptr_t a = reinterpret_cast<uintptr_t>(addr);
+  if (s.checks & kCheckTrace) trace_threadgroup_variable(a, size, elem_size, name);
   Memory* m = memory_at(s, a);
   if (!m) {
     Memory fresh;
@@ -387,6 +487,13 @@ mk_u64 rt_atomic(volatile void* addr, unsigned size, unsigned op, mk_u64 value, 
                          : op == MK_ATOMIC_STORE ? MK_ACCESS_ATOMIC | MK_ACCESS_WRITE
                                                  : MK_ACCESS_ATOMIC | MK_ACCESS_WRITE | MK_ACCESS_UPDATE;
   rt_access(const_cast<const void*>(addr), size, flags, pc);
+  // A fault in the operation below is the module's: reported at the instruction that asked.
+  FaultTrap* trap = current_trap();
+  struct Behalf {
+    FaultTrap* t;
+    ~Behalf() { if (t) t->on_behalf_of = 0; }
+  } behalf{trap};
+  if (trap) trap->on_behalf_of = reinterpret_cast<uintptr_t>(pc) - 1;
   switch (size) {
     case 1: return atomic_op(static_cast<volatile uint8_t*>(addr), op, uint8_t(value), expected);
     case 2: return atomic_op(static_cast<volatile uint16_t*>(addr), op, uint16_t(value), expected);

@@ -28,9 +28,9 @@ enum class Hazard : uint8_t { ReadAfterWrite, WriteAfterRead, WriteAfterWrite, U
 // One kind of bug at one pair of instructions (first: the earlier access; 0 for an
 // uninitialised read), with where it was first seen and how often.
 struct Finding {
-  Hazard kind;
-  bool lockstep;             // both threads in one SIMD-group: ordered on the GPU by lockstep alone
-  uintptr_t first_pc, second_pc;
+  Hazard kind = Hazard::ReadAfterWrite;
+  bool lockstep = false;     // both threads in one SIMD-group: ordered on the GPU by lockstep alone
+  uintptr_t first_pc = 0, second_pc = 0;
   bool on_device = false;    // device memory (else threadgroup memory)
   bool between_groups = false;  // two threadgroups (first_group: the other one), else two threads of one
   unsigned first_group[3] = {0, 0, 0};

@@ -17,10 +17,12 @@
 #include "../core/errors.h"
 #include "../core/watchdog.h"
 #include "access_check.h"
+#include "access_trace.h"
 #include "fault.h"
 #include "scheduler.h"
 #include "fiber.h"
 #include "guarded.h"
+#include "kernel_log.h"
 #include "stop.h"
 #include "thread_pool.h"
 
@@ -73,7 +75,8 @@ std::string stray(const std::string& what, int64_t offset, uint64_t elem_size) {
 
 // Which argument an address strays from, or "". In the guard of a guarded
 // allocation (checked copies, metalkit arrays): the argument in it, however far;
-// in checked threadgroup memory: that slot; otherwise an argument within 64 KiB.
+// in checked threadgroup memory: that slot, or that kernel-scope variable of a checked build; otherwise an
+// argument within 64 KiB.
 std::string near_argument(const KernelSpec& spec, const Launch& l, uintptr_t addr) {
   uintptr_t gdata = 0;
   size_t gsize = 0;
@@ -119,6 +122,10 @@ std::string near_argument(const KernelSpec& spec, const Launch& l, uintptr_t add
                    offset, std::max<uint64_t>(a.elem_size, 1));
     }
   }
+  std::string var;
+  uint64_t elem = 1, size = 0;
+  if (best.empty() && checked_threadgroup_variable_at(addr, &var, &elem, &size, &offset))
+    return stray("threadgroup variable '" + var + "' of " + std::to_string(size / elem) + " elements", offset, elem);
   return best.empty() ? nearest(false) : best;
 }
 
@@ -192,6 +199,7 @@ std::string faulting_thread(mk_launch_fn launch, const mk_dispatch& d, uint64_t 
   again.code_lo = trap.code_lo;
   again.code_hi = trap.code_hi;
   current_trap() = &again;
+  current_log_sink() = nullptr;  // these threads ran (and logged) once already; the chunk ends here
   for (unsigned i = 0; i < n[0] * n[1] * n[2]; ++i) {
     if (!alone_faults(launch, d, g, i, arena, again)) continue;
     if (again.stopped) break;
@@ -215,8 +223,9 @@ struct StopPoint {
 // dispatch was stopped in them.
 Fault run_trapped(const mk_kernel_info& k, const mk_dispatch& d, uint64_t first, uint64_t last, uint32_t seed,
                   const KernelSpec& spec, const Launch& l, const CheckedSlots* checked, AccessReport* report,
-                  const StopPoint& stop, bool* stopped) {
+                  AccessTrace* trace, const StopPoint& stop, bool* stopped) {
   char* arena = checked ? checked_threadgroup_arena(checked->sizes, checked->offsets) : tg_arena();
+  forget_threadgroup_variables();  // a checked build's kernel-scope variables take cells as they are reached
   prepare_fault_handling();
   set_shuffle_seed(seed);
   set_strict_barriers(l.checks & kCheckBarriers);
@@ -226,6 +235,10 @@ Fault run_trapped(const mk_kernel_info& k, const mk_dispatch& d, uint64_t first,
       if (spec.args[i].kind == ArgKind::Threadgroup && l.args[i].nbytes)
         slots.push_back({reinterpret_cast<uintptr_t>(arena) + reinterpret_cast<uintptr_t>(d.args[i]), l.args[i].nbytes,
                          std::max<uint64_t>(1, spec.args[i].elem_size), spec.args[i].name});
+  std::vector<TracedMemory> traced_slots;
+  if (trace)
+    for (const CheckedMemory& c : slots) traced_slots.push_back({c.name, c.size, c.elem_size, true, c.data});
+  TraceScope tracing(trace, traced_slots);
   AccessScope scope(l.checks & kCheckAccesses ? l.checks : 0, report, std::move(slots));
   FaultTrap trap;
   trap.message.reserve(256);
@@ -270,7 +283,8 @@ Fault run_trapped(const mk_kernel_info& k, const mk_dispatch& d, uint64_t first,
     f.what = trap.message;
     return f;
   }
-  f.pc = trap.pc;
+  const bool in_module = trap.pc >= trap.code_lo && trap.pc < trap.code_hi;
+  f.pc = !in_module && trap.on_behalf_of ? trap.on_behalf_of : trap.pc;
   if (overflow) {
     f.what = "stack overflow in " + where;
     f.advice = spec.execution == "loop"
@@ -430,13 +444,29 @@ class CpuKernel : public KernelImpl {
           watched.push_back({reinterpret_cast<uintptr_t>(l.args[i].data), l.args[i].nbytes,
                              spec_.args[i].elem_size, spec_.args[i].name});
     AccessReport report(std::move(watched), d.ngroups, mod_->code_lo);
+    LogSink log(spec_.name);
+    // metalkit.trace: every buffer argument, read-only ones too.
+    std::unique_ptr<AccessTrace> trace;
+    if (l.checks & kCheckTrace) {
+      std::vector<TracedMemory> buffers;
+      for (size_t i = 0; i < l.args.size(); ++i)
+        if (spec_.args[i].kind == ArgKind::Buffer && l.args[i].data && !l.args[i].none)
+          buffers.push_back({spec_.args[i].name, l.args[i].nbytes, std::max<uint64_t>(1, spec_.args[i].elem_size),
+                             false, reinterpret_cast<uintptr_t>(l.args[i].data)});
+      trace = std::make_unique<AccessTrace>(spec_.name, std::move(buffers), d, trace_cap());
+    }
     Watch watch(l.limits, stopper, t0);
     ThreadPool::instance().run(groups, chunk, [&](uint64_t first, uint64_t last) {
       if (failed.load(std::memory_order_relaxed) || stopper.flag.load(std::memory_order_relaxed)) return false;
       Fault why;
       bool stopped = false;
+      struct LogScope {  // on every way out
+        LogSink* outer = current_log_sink();
+        explicit LogScope(LogSink* s) { current_log_sink() = s; }
+        ~LogScope() { current_log_sink() = outer; }
+      } log_scope(&log);
       try {
-        why = run_trapped(info_, d, first, last, seed, spec_, l, slots_checked, &report, stop, &stopped);
+        why = run_trapped(info_, d, first, last, seed, spec_, l, slots_checked, &report, trace.get(), stop, &stopped);
       } catch (const std::exception& e) {  // the pool's work must not throw: make it this call's fault
         bool overflow;
         abandon_group(0, &overflow);
@@ -454,6 +484,13 @@ class CpuKernel : public KernelImpl {
     const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     last_gpu_time_ = elapsed;
     const uint64_t completed = done.load();
+    log.finish(kernel_log());  // a faulted or stopped dispatch's messages too: what led there
+    if (trace) {  // for the bindings, whatever happened: a fault is the last thing a trace shows
+      taken_trace() = std::move(trace);
+      if (!failed && taken_trace()->full)
+        throw KernelFault("kernel '" + spec_.name + "' (" + spec_.file + ":" + std::to_string(spec_.line) +
+                          "): " + taken_trace()->cap_message());
+    }
     if (!failed && stopper.flag.load() && completed < groups) {  // stopped by Ctrl-C or the time limit
       const StopReason why = watch.reason();
       const std::string msg = stop_message(spec_, l.limits, why, elapsed, completed, groups);

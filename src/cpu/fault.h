@@ -17,6 +17,9 @@ struct FaultTrap {
   int code = 0;
   uintptr_t address = 0;
   uintptr_t pc = 0;           // the faulting instruction (0 if unknown)
+  // Set while the runtime does an access on the module's behalf (checked builds' atomics): the
+  // module's instruction that asked, which a fault in the runtime is reported at.
+  uintptr_t on_behalf_of = 0;
   volatile unsigned long long group = ~0ull;  // the threadgroup running, as launchers record it
   bool armed = false;
   // Stopping (stop.h): the dispatch's stop flag, the module's code (where a

@@ -55,6 +55,28 @@ CheckedArena& this_thread_arena() {
   return a;
 }
 
+// Kernel-scope threadgroup variables of checked builds: one reservation per variable (a guard,
+// a region that holds the largest, a guard), reused from chunk to chunk.
+struct VariableCell {
+  char* base = nullptr;
+  size_t rw_from = 0;  // where its accessible pages start (offset in the reservation)
+  const void* key = nullptr;
+  uintptr_t data = 0;
+  uint64_t size = 0, elem_size = 1;
+  std::string name;
+};
+struct VariableCells {
+  std::vector<VariableCell> cells;
+  size_t used = 0;  // cells[0, used) hold the variables reached since the chunk began
+  ~VariableCells() {
+    for (VariableCell& c : cells) munmap(c.base, 2 * check_guard() + tg_region());
+  }
+};
+VariableCells& this_thread_variables() {
+  static thread_local VariableCells v;
+  return v;
+}
+
 }  // namespace
 
 size_t check_guard() {
@@ -163,6 +185,61 @@ bool checked_threadgroup_slot(uintptr_t addr, int* slot, int64_t* offset) {
     }
   }
   return true;
+}
+
+void* checked_threadgroup_variable(const void* key, uint64_t size, uint64_t align, uint64_t elem_size,
+                                   const char* name) {
+  VariableCells& v = this_thread_variables();
+  for (size_t k = 0; k < v.used; ++k)
+    if (v.cells[k].key == key) return reinterpret_cast<void*>(v.cells[k].data);
+  const size_t page = page_size(), guard = check_guard(), end = guard + tg_region();
+  if (size > tg_region()) return const_cast<void*>(key);  // a static_assert refuses this at compile time
+  try {
+    if (v.used == v.cells.size()) {
+      VariableCell c;
+      c.base = reserve(2 * guard + tg_region());
+      c.rw_from = end;  // nothing accessible yet
+      v.cells.push_back(std::move(c));
+    }
+  } catch (const std::bad_alloc&) {
+    return const_cast<void*>(key);
+  }
+  VariableCell& c = v.cells[v.used];
+  const uintptr_t base = reinterpret_cast<uintptr_t>(c.base);
+  const uintptr_t data = (base + end - size) / std::max<uint64_t>(align, 1) * std::max<uint64_t>(align, 1);
+  const size_t from = std::max(guard, size_t(data - base) / page * page);
+  if (from != c.rw_from) {
+    if (mprotect(c.base + guard, tg_region(), PROT_NONE) != 0 ||
+        (from < end && mprotect(c.base + from, end - from, PROT_READ | PROT_WRITE) != 0))
+      return const_cast<void*>(key);
+    c.rw_from = from;
+  }
+  ++v.used;
+  c.key = key;
+  c.data = data;
+  c.size = size;
+  c.elem_size = std::max<uint64_t>(elem_size, 1);
+  c.name = name;
+  return reinterpret_cast<void*>(data);
+}
+
+void forget_threadgroup_variables() { this_thread_variables().used = 0; }
+
+bool checked_threadgroup_variable_at(uintptr_t addr, std::string* name, uint64_t* elem_size, uint64_t* size,
+                                     int64_t* offset) {
+  VariableCells& v = this_thread_variables();
+  const size_t span = 2 * check_guard() + tg_region();
+  for (size_t k = 0; k < v.used; ++k) {
+    const VariableCell& c = v.cells[k];
+    const uintptr_t base = reinterpret_cast<uintptr_t>(c.base);
+    if (addr < base || addr >= base + span) continue;
+    *name = c.name;
+    *elem_size = c.elem_size;
+    *size = c.size;
+    *offset = int64_t(addr - c.data);
+    return true;
+  }
+  return false;
 }
 
 }  // namespace mk

@@ -3,7 +3,8 @@
 //
 // Checked mode (check=True) stages every array into a GuardedAllocation with
 // check_guard() bytes on each side whose bytes end right at the upper guard, and
-// places each [[threadgroup(i)]] slot the same way (checked_threadgroup_arena).
+// places each [[threadgroup(i)]] slot the same way (checked_threadgroup_arena); checked builds
+// place kernel-scope threadgroup variables so too (checked_threadgroup_variable).
 // Default-mode device memory (metalkit.empty/zeros/asarray) gets kHostGuard on
 // each side. Reserving address space costs no memory: the guards are PROT_NONE.
 #pragma once
@@ -57,5 +58,19 @@ char* checked_threadgroup_arena(const std::vector<size_t>& sizes, const std::vec
 // from, and its byte offset from the slot's start (negative before it). False if
 // addr is not in the arena.
 bool checked_threadgroup_slot(uintptr_t addr, int* slot, int64_t* offset);
+
+// Checked builds' kernel-scope threadgroup variables (`threadgroup float s[64];` in a kernel):
+// this OS thread's storage for the variable whose thread-local is `key`, `size` bytes aligned to
+// `align` ending right at check_guard() inaccessible bytes, with the pages below the one holding
+// its first byte inaccessible too. A variable keeps its cell until the next chunk of a dispatch
+// (forget_threadgroup_variables), so every thread of the groups this OS thread runs shares it.
+// Without the address space, the thread-local itself (unguarded).
+void* checked_threadgroup_variable(const void* key, uint64_t size, uint64_t align, uint64_t elem_size, const char* name);
+void forget_threadgroup_variables();
+
+// The variable of this thread's cells an address strays from: its name, element size and size
+// in bytes, and the byte offset from its start. False if addr is in none of them.
+bool checked_threadgroup_variable_at(uintptr_t addr, std::string* name, uint64_t* elem_size, uint64_t* size,
+                                     int64_t* offset);
 
 }  // namespace mk

@@ -1,4 +1,5 @@
 #include "scheduler.h"
+#include "kernel_log.h"
 
 #include <algorithm>
 #include <cstring>
@@ -8,6 +9,7 @@
 #include "access_check.h"
 #include "fault.h"
 #include "fiber.h"
+#include "guarded.h"
 
 namespace mk {
 namespace {
@@ -32,6 +34,7 @@ bool before(const Fiber& a, const Fiber& b) {
 // A thread's side of a SIMD rendezvous.
 struct SimdSlot {
   unsigned size = 0;              // bytes contributed
+  bool barrier = false;           // a simdgroup_barrier (orders the SIMD-group's memory accesses)
   mk_simd_view view;              // filled when its rendezvous completes
   alignas(16) unsigned char bytes[MK_SIMD_SLOT];
 };
@@ -59,7 +62,8 @@ struct Group {
   bool strict = false;            // check=: a barrier not reached by whole SIMD-groups at one site is a fault
   uint32_t shuffle_seed = 0;
   std::string fault;              // set by a fiber that asks the scheduler to raise a fault
-  RunningFiber now;               // epochs kept here; the rest filled in when asked for
+  RunningFiber now;               // what the access checks read, kept in step (set_current, set_running)
+  std::vector<uint32_t> sg_epochs;  // per SIMD-group: simdgroup_barriers completed in this group
 };
 
 // Not inlined: callers keep the reference, where an inlined thread_local would be looked up
@@ -74,6 +78,7 @@ struct Group {
 inline void set_current(Group& g, unsigned i) {
   g.current = i;
   g.now.index = i * g.lanes;
+  g.now.sg_epoch = g.lanes == 1 && i / 32 < g.sg_epochs.size() ? g.sg_epochs[i / 32] : 0;
 }
 inline void set_running(Group& g, bool running, bool direct) {
   g.running = running;
@@ -260,6 +265,7 @@ bool resolve_simd(Group& g, unsigned sg) {
     g.fibers[i].state = State::Ready;
     --g.at_simd;
   }
+  if (g.slots[site].barrier && sg < g.sg_epochs.size()) ++g.sg_epochs[sg];
   return true;
 }
 
@@ -367,6 +373,7 @@ void run_fibers(mk_thread_fn fn, mk_simt_fn simt_fn, void* ctx, const unsigned* 
   g.at_simd = 0;
   g.order.resize(n);
   unsigned nsg = (n + 31) / 32;
+  g.sg_epochs.assign(lanes == 1 ? nsg : 0, 0);
   if (lanes == 1 && g.exchange.size() < nsg) g.exchange.resize(nsg, std::vector<unsigned char>(MK_SIMD_SLOT * 32));
   for (unsigned i = 0; i < n; ++i) {
     g.order[i] = i;
@@ -448,20 +455,25 @@ void rt_simt_barrier(void* scheduler, const char* file, int line, int column) {
   block(*static_cast<Group*>(scheduler), State::AtBarrier, file, line, column);
 }
 
-mk_simd_view rt_simd_exchange(const void* value, unsigned size, const char* file, int line, int column) {
+mk_simd_view simd_meet(const void* value, unsigned size, bool barrier, const char* file, int line, int column) {
   Group& g = group();
   if (size > MK_SIMD_SLOT) raise_fault("a SIMD-group value is larger than 256 bytes");
   if (g.running) {
     SimdSlot& slot = g.slots[g.current];
     std::memcpy(slot.bytes, value, size);
     slot.size = size;
+    slot.barrier = barrier;
     ++g.at_simd;
   }
   block(g, State::AtSimd, file, line, column);
   return g.slots[g.current].view;
 }
 
-void rt_simd_barrier(const char* file, int line, int column) { rt_simd_exchange(nullptr, 0, file, line, column); }
+mk_simd_view rt_simd_exchange(const void* value, unsigned size, const char* file, int line, int column) {
+  return simd_meet(value, size, false, file, line, column);
+}
+
+void rt_simd_barrier(const char* file, int line, int column) { simd_meet(nullptr, 0, true, file, line, column); }
 
 void rt_fault(const char* message, const char* file, int line) {
   std::string msg = std::string(message) + (file ? " at " + where(file, line) : "");
@@ -481,16 +493,33 @@ void rt_simt_diverged(unsigned sg, unsigned missing, const char* file, int line)
   rt_fault(diverged(sg, missing, nullptr, 0).c_str(), file, line);
 }
 
+// A checked build's kernel-scope threadgroup variable: guarded storage (guarded.h).
+void* rt_threadgroup_storage(const void* key, mk_u64 size, mk_u64 align, mk_u64 elem_size, const char* name) {
+  return checked_threadgroup_variable(key, size, align, elem_size, name);
+}
+
 const mk_runtime runtime = {MK_ABI_VERSION,    run_group,      rt_barrier,       rt_simd_barrier,
                             rt_simd_exchange,  rt_fault,       run_simt_group,   rt_simt_diverged,
                             rt_simt_barrier,   rt_access,      rt_threadgroup_variable,
-                            rt_atomic};
+                            rt_atomic,         rt_threadgroup_storage, rt_log};
 
 }  // namespace
 
 const mk_runtime* cpu_runtime() { return &runtime; }
 
 const RunningFiber& running_fiber() { return group().now; }
+
+bool running_thread(unsigned lane, unsigned group_pos[3], unsigned thread[3], bool* lane_known) {
+  Group& g = group();
+  if (!g.running && !g.direct) return false;
+  *lane_known = g.lanes == 1 || lane < 32;
+  const unsigned i = g.lanes == 1 ? g.current : g.current * 32 + (lane < 32 ? lane : 0);
+  thread[0] = i % g.size[0];
+  thread[1] = (i / g.size[0]) % g.size[1];
+  thread[2] = i / (g.size[0] * g.size[1]);
+  std::copy(g.pos, g.pos + 3, group_pos);
+  return true;
+}
 
 void set_shuffle_seed(uint32_t seed) { group().shuffle_seed = seed; }
 

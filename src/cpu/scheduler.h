@@ -31,8 +31,14 @@ struct RunningFiber {
   unsigned index = 0, lanes = 1;
   unsigned pos[3] = {0, 0, 0};
   uint32_t epoch = 0, group_epoch = 0;
+  uint32_t sg_epoch = 0;  // threads: simdgroup_barriers its SIMD-group completed in this group
 };
 const RunningFiber& running_fiber();
+
+// Who runs on this OS thread, for a log call that cannot tell (kernel_log.cpp): the threadgroup's
+// position and the thread's position in it. `lane`: a SIMT SIMD-group's lane (~0u: not known, then
+// the SIMD-group's first thread is named and *lane_known is false). False if no group runs here.
+bool running_thread(unsigned lane, unsigned group[3], unsigned thread[3], bool* lane_known);
 
 // After a fault's jump: the group that faulted, described for the message
 // ("threadgroup (1, 0, 0), thread 37 (5, 1, 0)", "" if no fibers ran), and

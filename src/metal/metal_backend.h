@@ -26,10 +26,11 @@ MetalDeviceInfo metal_device_info();
 
 // Compiles MSL source whose `#include "..."` files are already inlined (Metal's
 // compiler has no include path). Throws CompileFailure with the compiler's log.
-// `kernels` is the signature of each kernel as the source declares it.
+// `kernels` is the signature of each kernel as the source declares it. `logging`: the source
+// logs (<metal_logging>): MSL 3.2 with shader logging on, where the OS has it (macOS 15).
 std::shared_ptr<LibraryImpl> metal_compile(const std::string& source, const std::string& filename,
                                            const std::vector<ConstantArg>& constants, bool fast_math,
-                                           const KernelDecls& kernels);
+                                           const KernelDecls& kernels, bool logging = false);
 
 // Loads a precompiled .metallib. Throws CompileFailure if Metal cannot.
 std::shared_ptr<LibraryImpl> metal_load_metallib(const std::string& path, const std::vector<ConstantArg>& constants);

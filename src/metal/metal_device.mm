@@ -2,7 +2,8 @@
 // Metal APIs: MTLCreateSystemDefaultDevice, MTLCopyAllDevices (macOS 10.11),
 // newCommandQueue, supportsFamily: with MTLGPUFamilyApple4 / MTLGPUFamilyMac2
 // (macOS 10.15), maxThreadgroupMemoryLength (10.13), maxThreadsPerThreadgroup,
-// hasUnifiedMemory (10.15), recommendedMaxWorkingSetSize (10.12).
+// hasUnifiedMemory (10.15), recommendedMaxWorkingSetSize (10.12); for shader logging (macOS 15):
+// MTLLogStateDescriptor (bufferSize, level), newLogStateWithDescriptor:error:, addLogHandler:.
 //
 // Apple's API and shader validation read MTL_DEBUG_LAYER and
 // MTL_SHADER_VALIDATION when a device is created; python/metalkit/_validation.py
@@ -28,6 +29,38 @@ id<MTLDevice> pick_device() {
   return all.count > 0 ? [all objectAtIndex:0] : nil;
 }
 
+// Shader logging (<metal_logging>, macOS 15): one log state for every command buffer, whose
+// handler keeps each message for the call that collects it (collect_metal_logs). A handler
+// replaces the system's default one, which would send them to the unified log instead.
+void attach_log_state(MetalDevice& dev) {
+#if __MAC_OS_X_VERSION_MAX_ALLOWED >= 150000
+  // The log buffer: Metal drops what a command buffer logs past it. 1 MiB, the descriptor's
+  // default size, holds thousands of messages.
+  constexpr long kMetalLogBufferBytes = 1 << 20;
+  if (@available(macOS 15.0, *)) {
+    MTLLogStateDescriptor* desc = [[MTLLogStateDescriptor alloc] init];
+    desc.bufferSize = kMetalLogBufferBytes;
+    desc.level = MTLLogLevelDebug;
+    NSError* error = nil;
+    id<MTLLogState> state = [dev.device newLogStateWithDescriptor:desc error:&error];
+    if (!state) return;  // no logging: messages are lost, kernels still run
+    MetalDevice* d = &dev;
+    [state addLogHandler:^(NSString* subsystem, NSString* category, MTLLogLevel level, NSString* message) {
+      KernelLogRecord r;
+      r.subsystem = std_string(subsystem);
+      r.category = std_string(category);
+      r.type = os_log_type_of(long(level));
+      r.text = std_string(message);
+      std::lock_guard<std::mutex> lk(d->log_mutex);
+      if (d->log_pending.size() < kMaxLogMessages) d->log_pending.push_back(std::move(r));
+    }];
+    dev.log_state = state;
+  }
+#else
+  (void)dev;
+#endif
+}
+
 MetalDevice* create_device() {
   auto dev = std::make_unique<MetalDevice>();
   @autoreleasepool {
@@ -37,6 +70,7 @@ MetalDevice* create_device() {
       dev->nonuniform_threadgroups =
           [dev->device supportsFamily:MTLGPUFamilyApple4] || [dev->device supportsFamily:MTLGPUFamilyMac2];
       dev->max_threadgroup_memory = dev->device.maxThreadgroupMemoryLength;
+      attach_log_state(*dev);
     }
   }
   if (!dev->device || !dev->queue)
@@ -53,6 +87,20 @@ MetalDevice& metal_device() {
   // Never destroyed: releasing Metal objects during static teardown at exit is unsafe.
   static MetalDevice* dev = create_device();
   return *dev;
+}
+
+void collect_metal_logs(MetalDevice& dev, const std::string& kernel) {
+  if (!dev.log_state) return;
+  std::vector<KernelLogRecord> drained;
+  {
+    std::lock_guard<std::mutex> lk(dev.log_mutex);
+    drained.swap(dev.log_pending);
+  }
+  KernelLog& log = kernel_log();
+  for (KernelLogRecord& r : drained) {
+    r.kernel = kernel;
+    log.messages.push_back(std::move(r));
+  }
 }
 
 MetalDeviceInfo metal_device_info() {

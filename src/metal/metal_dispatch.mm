@@ -14,8 +14,10 @@
 // setBuffer:offset:atIndex:, setBytes:length:atIndex: (copies the bytes when
 // called), setThreadgroupMemoryLength:atIndex:, dispatchThreads:threadsPerThreadgroup:
 // (macOS 10.13), dispatchThreadgroups:threadsPerThreadgroup:, endEncoding,
+// commandBufferWithDescriptor: with retainedReferences NO (macOS 11) and logState (macOS 15),
 // addCompletedHandler: and commit (the wait is a core Completion, so Ctrl-C and timeout=
 // can end it while the GPU goes on), status, error, GPUStartTime / GPUEndTime (macOS 10.15).
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
@@ -30,6 +32,22 @@ namespace mk {
 namespace {
 
 MTLSize mtl_size(const Dims3& d) { return MTLSizeMake(d.v[0], d.v[1], d.v[2]); }
+
+// A command buffer that does not retain what it uses, with the device's log state where it has
+// one (macOS 15), so what its kernels log reaches collect_metal_logs.
+id<MTLCommandBuffer> new_command_buffer(MetalDevice& dev) {
+#if __MAC_OS_X_VERSION_MAX_ALLOWED >= 150000
+  if (@available(macOS 15.0, *)) {
+    if (dev.log_state) {
+      MTLCommandBufferDescriptor* desc = [[MTLCommandBufferDescriptor alloc] init];
+      desc.retainedReferences = NO;
+      desc.logState = dev.log_state;
+      return [dev.queue commandBufferWithDescriptor:desc];
+    }
+  }
+#endif
+  return [dev.queue commandBufferWithUnretainedReferences];
+}
 
 // How one parameter is bound, resolved before anything is encoded.
 struct Binding {
@@ -153,7 +171,7 @@ void MetalBatch::encode(const MetalKernel& kernel, const Launch& launch) {
     }
     if (!out_of_memory) {
       if (!commands_) {
-        commands_ = [dev_.queue commandBufferWithUnretainedReferences];
+        commands_ = new_command_buffer(dev_);
         encoder_ = [commands_ computeCommandEncoderWithDispatchType:MTLDispatchTypeSerial];
       }
       [encoder_ setComputePipelineState:kernel.pipeline_];
@@ -178,6 +196,7 @@ void MetalBatch::encode(const MetalKernel& kernel, const Launch& launch) {
   for (size_t m : written)
     if (mappings_[m].staged) mappings_[m].copy_back = true;
   pipelines_.push_back(kernel.pipeline_);
+  if (std::find(kernels_.begin(), kernels_.end(), spec.name) == kernels_.end()) kernels_.push_back(spec.name);
 }
 
 BatchOutcome MetalBatch::finish_within(const RunLimits& limits, Completion::Clock::time_point start) {
@@ -197,6 +216,9 @@ BatchOutcome MetalBatch::finish_within(const RunLimits& limits, Completion::Cloc
       [commands commit];
     }
     out.stopped = completion->wait(limits, start);
+    std::string names;
+    for (const std::string& k : kernels_) names += (names.empty() ? "" : ", ") + k;
+    collect_metal_logs(dev_, names);  // what Metal has drained by now (the bindings deliver it)
   }
   if (out.stopped != StopReason::None) {
     // The GPU goes on: its staging buffers and pipelines are let go of only when it is done.

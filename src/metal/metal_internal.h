@@ -14,6 +14,7 @@
 
 #include "../core/backend.h"
 #include "../core/batch.h"
+#include "../core/kernel_log.h"
 #include "../core/reflection.h"
 
 #if __MAC_OS_X_VERSION_MAX_ALLOWED < 140000
@@ -44,7 +45,16 @@ struct MetalDevice {
   uint64_t max_threadgroup_memory = 0;
   uint64_t page = 0;                     // host page size, for no-copy buffers
   StagingPool staging;
+  // Shader logging (macOS 15): the MTLLogState every command buffer gets, nil where the OS has
+  // none, and the messages its handler received that no call has collected yet.
+  id log_state = nil;
+  std::mutex log_mutex;
+  std::vector<KernelLogRecord> log_pending;
 };
+
+// Moves the messages Metal has drained so far into the calling thread's kernel_log(), named
+// after `kernel` (the kernels of the command buffer: Metal says neither kernel nor thread).
+void collect_metal_logs(MetalDevice& dev, const std::string& kernel);
 
 // Created on first use and kept for the life of the process.
 MetalDevice& metal_device();
@@ -116,6 +126,7 @@ class MetalBatch : public BatchEncoding {
   id<MTLComputeCommandEncoder> encoder_;
   std::vector<Mapping> mappings_;
   std::vector<id<MTLComputePipelineState>> pipelines_;
+  std::vector<std::string> kernels_;  // the kernels encoded, each once: who the drained log messages are from
 };
 
 class MetalKernel : public KernelImpl {

@@ -5,7 +5,7 @@
 // stale one. Pipelines are built without the GIL, several threads at once
 // (core/kernel_cache.h).
 // Metal APIs: MTLCompileOptions with languageVersion (MTLLanguageVersion3_1,
-// macOS 14), mathMode and mathFloatingPointFunctions (macOS 15; fastMathEnabled
+// macOS 14; MTLLanguageVersion3_2 and enableLogging, macOS 15, for a source that logs), mathMode and mathFloatingPointFunctions (macOS 15; fastMathEnabled
 // before) and preprocessorMacros;
 // newLibraryWithSource:options:error:, newLibraryWithURL:error: (macOS 10.13),
 // label, functionNames, newFunctionWithName:, functionType,
@@ -112,11 +112,19 @@ std::shared_ptr<LibraryImpl> make_library(MetalDevice& dev, id<MTLLibrary> libra
   return std::make_shared<MetalLibrary>(dev, library, file, constants, declared, std::move(names));
 }
 
+#if __MAC_OS_X_VERSION_MAX_ALLOWED >= 150000
+// Shader logging for a source that logs: <metal_logging> is MSL 3.2.
+void enable_logging(MTLCompileOptions* options) API_AVAILABLE(macos(15.0)) {
+  options.languageVersion = MTLLanguageVersion3_2;
+  options.enableLogging = YES;
+}
+#endif
+
 }  // namespace
 
 std::shared_ptr<LibraryImpl> metal_compile(const std::string& source, const std::string& filename,
                                            const std::vector<ConstantArg>& constants, bool fast_math,
-                                           const KernelDecls& kernels) {
+                                           const KernelDecls& kernels, bool logging) {
   MetalDevice& dev = metal_device();
   id<MTLLibrary> library;
   std::string log;
@@ -138,6 +146,15 @@ std::shared_ptr<LibraryImpl> metal_compile(const std::string& source, const std:
     {
       options.fastMathEnabled = fast_math;
     }
+    // <metal_logging> (os_log) is MSL 3.2, and logging costs even when nothing is printed (Apple),
+    // so it is on only for a source that logs. Before macOS 15 (or built with an older SDK) there
+    // is none: such a source fails to compile, as Apple's compiler there has no <metal_logging>.
+    (void)logging;
+#if __MAC_OS_X_VERSION_MAX_ALLOWED >= 150000
+    if (logging) {
+      if (@available(macOS 15.0, *)) enable_logging(options);
+    }
+#endif
     // Lets a kernel tell the backends apart, as __METALKIT_CPU__ marks the simulator.
     options.preprocessorMacros = @{@"__METALKIT_METAL__" : @"1"};
     NSError* error = nil;

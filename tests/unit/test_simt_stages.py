@@ -72,6 +72,17 @@ kernel void k(device float* out, uint tid [[thread_position_in_grid]]) {
         out[tid] = simd_sum(out[tid]) + float(i);
     }
 }""",
+    "uniform_loop_of_lane_statements": """
+kernel void k(device float* out, uint2 gid [[thread_position_in_grid]], uint2 tid [[thread_position_in_threadgroup]]) {
+    threadgroup float tile[16][16];
+    tile[tid.y][tid.x] = out[gid.x];
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    float acc = 0.0f;
+    for (uint k = 0; k < 16; ++k) {
+        acc += tile[tid.y][k] * tile[k][tid.x];
+    }
+    out[gid.x] = acc;
+}""",
     "threadgroup_read_write": """
 kernel void k(device float* out, uint tid [[thread_position_in_grid]], uint l [[thread_index_in_threadgroup]]) {
     threadgroup float buf[64];

@@ -323,7 +323,7 @@ def _compile(tc, opts: Options, key: str, kernels) -> cache.Entry:
             raise CompileError(f"kernels=: no kernel named {missing[0]!r} in {opts.filename}; check the name "
                                "(a template is named by its host_name instantiations)", filename=opts.filename)
         text = result.text + "\n" + codegen.launchers(result.kernels, result.structs,
-                                                      checked=opts.checked)
+                                                      checked=opts.checked, logs=result.logs)
         label = opts.filename if kernels is None or len(kernels) != 1 else f"{opts.filename} ({kernels[0]})"
         with _status_line(f"compiling {label}"):
             out = _codegen(tc, opts, text, src_name, tmp)

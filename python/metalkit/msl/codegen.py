@@ -71,9 +71,12 @@ def layouts(structs: list[StructDef]) -> list[str]:
     return out
 
 
-def launchers(kernels: list[Kernel], structs: list[StructDef] = (), checked: bool = False) -> str:
+def launchers(kernels: list[Kernel], structs: list[StructDef] = (), checked: bool = False,
+              logs: bool = False) -> str:
     """The launchers and the module's tables. ``checked``: a checked build (check= races, uninit,
-    lockstep), where every thread is its own fiber, so the runtime knows which made an access."""
+    lockstep), where every thread is its own fiber, so the runtime knows which made an access.
+    ``logs``: the source names os_log, so a kernel run as a loop tells its log calls which
+    thread runs (launch.h run_groups<true>; otherwise the loop keeps the thread's ids to itself)."""
     out = [f'# 1 "{LAUNCHERS}"', "#include <metalkit/launch.h>"]
     out += layouts(list(structs))
     out.append("namespace {")
@@ -116,7 +119,7 @@ def launchers(kernels: list[Kernel], structs: list[StructDef] = (), checked: boo
         elif k.needs_sync or checked:
             runner = "mk::run_groups_fibers(d, first, last, at, "
         else:
-            runner = "mk::run_groups(d, first, last, at, "
+            runner = f"mk::run_groups<{'true' if logs else 'false'}>(d, first, last, at, "
         out.append(f"  {runner}[&](const mk::thread_ids& t) __attribute__((always_inline)) {{")
         out.append("    (void)t;")
         out.append(f"    {fp}({', '.join(call)});")

@@ -59,6 +59,7 @@ class Result:
     kernels: list[Kernel]
     files: list[str] = field(default_factory=list)  # user files seen (dependencies)
     structs: list[StructDef] = field(default_factory=list)  # layouts the module describes
+    logs: bool = False  # the user's code names os_log (<metal_logging>): loop launchers tell log calls who runs
 
 
 @dataclass
@@ -96,6 +97,7 @@ class Unit:
     statements: dict[int, str] | None = None  # clang's facts: a statement's first token -> "decl" / "expr"
     call_sync: dict[int, bool] | None = None  # clang's facts: a function's name in code -> it reaches a SIMD-group function
     structs: list[StructDef] = field(default_factory=list)
+    log_helpers: set[str] = field(default_factory=set)  # SIMT: helpers that log (os_log) and reach no SIMD-group function
     _attr_tokens: set | None = None
 
     @property

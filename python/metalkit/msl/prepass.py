@@ -97,7 +97,8 @@ def prepass(text: str, is_user, constants: dict | None = None, only=None, duplic
             for f in unit.functions:
                 if f.is_kernel and any(k.function == f.name and k.needs_sync for k in unit.kernels):
                     simt.steps.insert(unit, f)
-    return Result(unit.src.render(), unit.kernels, unit.src.files, unit.structs)
+    logs = any(t.kind == "id" and t.text in callgraph.LOG_NAMES for t in unit.toks)
+    return Result(unit.src.render(), unit.kernels, unit.src.files, unit.structs, logs)
 
 
 def _call_sync(unit: Unit, found, positions: dict, reach) -> dict[int, bool]:

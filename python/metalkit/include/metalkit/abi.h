@@ -6,7 +6,7 @@
 
 // Constants are enumerators, not macros: a module's source is preprocessed
 // before its launchers are appended, so macros from here would be gone.
-enum { MK_ABI_VERSION = 9, MK_SIMD_SLOT = 256 };
+enum { MK_ABI_VERSION = 11, MK_SIMD_SLOT = 256 };
 
 #ifdef __cplusplus
 extern "C" {
@@ -168,7 +168,38 @@ typedef struct mk_runtime {
   // done: the instrumentation would turn the module's own atomics back into callbacks. Returns the
   // old value; MK_ATOMIC_CAS compares with *expected (updated on failure) and returns 1 on success.
   mk_u64 (*atomic)(volatile void* addr, unsigned size, unsigned op, mk_u64 value, mk_u64* expected, const void* pc);
+  // Checked modules: where a kernel-scope threadgroup variable lives on this OS thread (`key`, its
+  // thread-local, tells variables apart): `size` bytes aligned to `align` that end right at an
+  // inaccessible guard, so an access past its end faults and is named (src/cpu/guarded.h).
+  void* (*threadgroup_storage)(const void* key, mk_u64 size, mk_u64 align, mk_u64 elem_size, const char* name);
+  // Shader logging (<metal_logging>): one message of the calling thread, kept for the end of the dispatch.
+  void (*log)(const struct mk_log_call* call);
 } mk_runtime;
+
+// One argument of a logged message, as C varargs pass it (float and half as double).
+enum mk_log_kind { MK_LOG_INT = 0, MK_LOG_UINT, MK_LOG_FLOAT, MK_LOG_STRING, MK_LOG_POINTER };
+typedef struct mk_log_arg {
+  int kind;              // mk_log_kind
+  int size;              // bytes of the value as the kernel held it (an int: 4), for %x of a negative value
+  mk_u64 bits;           // an integer's bits (sign-extended), or a pointer
+  double f;              // MK_LOG_FLOAT
+  const char* s;         // MK_LOG_STRING
+} mk_log_arg;
+
+// A log call (os_log::log_with_type and friends). Who called: in a kernel run as a loop the module
+// knows (`where`: the threadgroup's position, then the thread's position in it); otherwise `where`
+// is null and the runtime knows the fiber running, and `lane` is the caller's SIMD lane when the
+// fiber is a SIMT SIMD-group (~0u: not known, a function reached through a pointer).
+typedef struct mk_log_call {
+  const char* subsystem;
+  const char* category;
+  int type;              // os_log_type: 0 default, 1 info, 2 debug, 16 error, 17 fault
+  const char* format;
+  const mk_log_arg* args;
+  int nargs;
+  const unsigned* where;
+  unsigned lane;
+} mk_log_call;
 
 enum mk_access_flags { MK_ACCESS_WRITE = 1, MK_ACCESS_ATOMIC = 2, MK_ACCESS_UPDATE = 4 /* a write that reads first */ };
 enum mk_atomic_op {

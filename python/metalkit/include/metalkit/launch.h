@@ -105,6 +105,8 @@ template <class P> constexpr mk_arg_info describe(const char* name, const char* 
 inline __attribute__((always_inline)) u3 group_ids(const mk_dispatch* d, mk_u64 g, thread_ids& t, u3& base) {
   const unsigned gx = d->ngroups[0], gy = d->ngroups[1];
   ++group_serial;
+  loop_thread = nullptr;  // a log call asks the runtime who it is (run_groups sets it for its own)
+  simt::log_lane = ~0u;   // left set by a helper that logged, then faulted
   t.ngroups = {d->ngroups[0], d->ngroups[1], d->ngroups[2]};
   t.grid = {d->grid[0], d->grid[1], d->grid[2]};
   t.dispatch_group_size = {d->tg[0], d->tg[1], d->tg[2]};
@@ -119,8 +121,9 @@ inline __attribute__((always_inline)) u3 group_ids(const mk_dispatch* d, mk_u64 
 
 // Runs every thread of threadgroups [first, last) as a plain loop; used for
 // kernels with no barrier and no SIMD-group function, so the compiler can
-// vectorise the innermost loop.
-template <class Body>
+// vectorise the innermost loop. Logs: the module logs (<metal_logging>), so a log call finds
+// the thread's ids through loop_thread (left out otherwise: `t` escaping costs vectorisation).
+template <bool Logs = false, class Body>
 inline __attribute__((always_inline)) void run_groups(const mk_dispatch* d, mk_u64 first, mk_u64 last,
                                                       volatile mk_u64* at, Body body) {
   for (mk_u64 g = first; g < last; ++g) {
@@ -128,6 +131,7 @@ inline __attribute__((always_inline)) void run_groups(const mk_dispatch* d, mk_u
     thread_ids t;
     u3 base;
     const u3 n = group_ids(d, g, t, base);
+    if constexpr (Logs) loop_thread = &t;
     // Bounds, not a test in the loop: one thread (d->only) runs through the same code.
     u3 lo = {0u, 0u, 0u}, hi = n;
     if (d->only != ~0u) {

@@ -39,6 +39,12 @@ template <class T, unsigned long N> struct elem_of<T[N]> : elem_of<T> {};
 template <class T> inline void checked_threadgroup(T& v, const char* name, int initialised) {
   rt->threadgroup_variable((const void*)&v, sizeof(T), sizeof(typename elem_of<T>::type), name, initialised);
 }
+// Checked builds: the guarded storage a kernel-scope threadgroup variable is bound to instead of
+// its thread-local `key` (the same for every thread of the group an OS thread runs).
+template <class T> inline T& checked_threadgroup_storage(T& key, const char* name) {
+  return *(T*)rt->threadgroup_storage((const void*)&key, sizeof(T), alignof(T), sizeof(typename elem_of<T>::type),
+                                      name);
+}
 
 // The caller's source location, for fault messages and to tell call sites apart. In a kernel
 // the front end runs as SIMT (msl/simt), `x` is the SIMD-group's exchange for the call instead.

@@ -30,6 +30,12 @@
 #include "runtime.h"
 #include "vec.h"
 
+namespace mk {
+namespace simt {
+template <class Tag, class R> struct tag;  // simt.h
+}
+}  // namespace mk
+
 namespace metal {
 namespace __mk {
 template <class T> struct sg_type {
@@ -170,6 +176,35 @@ template <class Op, bool Quad, class T> __MK_F T sg_reduce(const T &x, site s) {
   }
   return r;
 }
+// A SIMT kernel's reduction, called through its twin (below) by msl/simt with each lane's
+// argument: every active lane's value is read once and each scope is folded once, in lane order
+// as sg_reduce folds, so the results are the same; a whole SIMD-group's values load as vectors,
+// where the exchange's two passes call the function per lane.
+template <class Op, bool Quad, class T> struct sg_reduce_twin {
+  template <class F, class Res, class A> __MK_F static void call(F &, unsigned m, Res *res, A &&arg) {
+    T v[32];
+    for (unsigned l = 0; l < 32u; ++l)
+      if (m >> l & 1u) v[l] = T(arg(l));
+    constexpr unsigned n = Quad ? 4u : 32u;
+    for (unsigned b = 0; b < 32u; b += n) {
+      const unsigned full = Quad ? 0xFu << b : ~0u, mb = m & full;
+      if (!mb) continue;
+      T r = v[__builtin_ctz(mb)];
+      if (mb == full) {
+        for (unsigned l = b + 1; l < b + n; ++l) r = Op()(r, v[l]);
+      } else {
+        for (unsigned k = mb & (mb - 1); k; k &= k - 1) r = Op()(r, v[__builtin_ctz(k)]);
+      }
+      for (unsigned l = b; l < b + n; ++l)
+        if (mb >> l & 1u) res->set(l, r);
+    }
+  }
+};
+// The twin a reduction declares: sg_reduce_twin for the types it takes, else none (the call
+// goes to the function itself, which reports the type).
+template <class Op, bool Quad, class T>
+using reduce_twin_t = conditional_t<sg_type<T>::num, mk::simt::tag<sg_reduce_twin<Op, Quad, T>, T>, stdlib_twin>;
+
 template <class Op, bool Quad, bool Inclusive, int Identity, class T> __MK_F T sg_prefix(const T &x, site s) {
   sg_view v = sg_exchange(x, s);
   if (!v.ready()) return x;
@@ -349,7 +384,7 @@ __MK_SG_FILL_FNS(simd_shuffle_and_fill_up, false, true, 32u)
 __MK_SG_FILL_FNS(simd_shuffle_and_fill_down, false, false, 32u)
 
 #define __MK_SG_RED(name, op, check, quad)                                     \
-  template <class T> __mk::stdlib_twin __mk_simt_##name(T data);               \
+  template <class T> __mk::reduce_twin_t<__mk::op, quad, T> __mk_simt_##name(T data); \
   template <class T> __MK_F T name(T data, __mk::site s = __mk::site::here()) { \
     check(T, #name);                                                           \
     return __mk::sg_reduce<__mk::op, quad>(data, s);                           \

@@ -237,6 +237,23 @@ __MK_F void invoke(frame& f, unsigned m, Res* res, B&& siteful, P&& plain, G&& t
   }
 }
 
+// The lane whose call of a helper that logs (<metal_logging>) runs now, for the helper's log
+// calls (logging.h); ~0u outside such a call.
+inline thread_local unsigned log_lane = ~0u;
+
+// A call of a user helper that logs and reaches no SIMD-group function, by the active lanes m:
+// lane by lane, as a region would call it, each call told its lane through log_lane.
+template <class D, class Res, class P> __MK_F void invoke_logging(unsigned m, Res* res, P&& plain) {
+  unsigned& lane = log_lane;
+  for (unsigned l = 0; l < 32u; ++l)
+    if (m >> l & 1u) {
+      lane = l;
+      if constexpr (__is_same(D, void)) plain(l);
+      else res->set(l, plain(l));
+    }
+  lane = ~0u;
+}
+
 // threadgroup_barrier: the SIMD-group arrives if any lane is here (as on the GPU; the runtime
 // faults under check= unless every live lane is); then the other SIMD-groups of the threadgroup
 // run up to a barrier.

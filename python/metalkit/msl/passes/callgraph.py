@@ -19,6 +19,11 @@ from ..model import FnDef, Unit
 # Functions that make the threads of a group depend on one another.
 SYNC_FUNCTIONS = ("threadgroup_barrier", "simdgroup_", "simd_", "quad_", "make_filled_simdgroup_matrix",
                   "__metal_simd", "__metal_quad", "__metal_get_thread_index_in_simdgroup")
+# <metal_logging>: every log call goes through an os_log (os_log_default or one of the user's).
+LOG_NAMES = ("os_log", "os_log_default")
+# os_log's methods. In SIMT code a call of one runs lane by lane like a SIMD-group function
+# (simt/effects.py), so it is handed the lane that calls it; it does not make a kernel SIMT.
+LOG_METHODS = ("log", "log_debug", "log_info", "log_error", "log_fault", "log_with_type")
 
 
 @dataclass

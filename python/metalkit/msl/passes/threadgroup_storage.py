@@ -7,8 +7,10 @@ then the storage holds that value when each threadgroup starts. The first thread
 of a group to reach the declaration copies it in, once (``mk::group_serial``
 counts the groups an OS thread has started), so no thread's stores made before
 another thread reaches the declaration are lost. In a checked build (check= races, uninit,
-lockstep) each thread reaching the declaration names the storage to the runtime, which then
-knows its bytes for threadgroup memory.
+lockstep) the name is bound instead to storage the runtime gives out, which ends right at an
+inaccessible guard (so ``s[64]`` faults and is named, src/cpu/guarded.h), and each thread
+reaching the declaration names that storage to the runtime, which then knows its bytes for
+threadgroup memory.
 """
 from __future__ import annotations
 
@@ -65,12 +67,20 @@ def _rewrite_body(unit: Unit, a: int, b: int, checked: bool) -> None:
         # address costs a runtime call each time it is looked up.
         for k in names:
             src.replace(k, k, f"__mk_tg_{toks[k].text}")
-        refs = " ".join(f"auto& {toks[k].text} = __mk_tg_{toks[k].text};" for k in names)
-        if checked:
-            refs += " " + " ".join(f'::metal::__mk::checked_threadgroup(__mk_tg_{toks[k].text}, '
+        if not checked:
+            refs = " ".join(f"auto& {toks[k].text} = __mk_tg_{toks[k].text};" for k in names)
+            if init is not None:
+                refs = _initialise(unit, i, names[0], init, m, f"__mk_tg_{toks[names[0]].text}") + " " + refs
+        else:
+            # Bound to guarded storage; the thread-local only tells variables apart. The
+            # initializer's copy comes before the thread names the variable to the runtime,
+            # which then counts its bytes as written by the group, not by the thread that copied.
+            refs = " ".join(f'auto& {toks[k].text} = ::metal::__mk::checked_threadgroup_storage('
+                            f'__mk_tg_{toks[k].text}, "{toks[k].text}");' for k in names)
+            if init is not None:
+                refs += " " + _initialise(unit, i, names[0], init, m, toks[names[0]].text)
+            refs += " " + " ".join(f'::metal::__mk::checked_threadgroup({toks[k].text}, '
                                    f'"{toks[k].text}", {int(init is not None)});' for k in names)
-        if init is not None:
-            refs = _initialise(unit, i, names[0], init, m) + " " + refs
         names = [toks[k].text for k in names]
         size = " + ".join(f"sizeof({name})" for name in names)
         check = ('static_assert({} <= 32768, "threadgroup memory declared in this kernel passes the 32 KiB '
@@ -86,9 +96,10 @@ def _rewrite_body(unit: Unit, a: int, b: int, checked: bool) -> None:
         src.insert_after(m, insert)
 
 
-def _initialise(unit: Unit, decl: int, name: int, init: int, semi: int) -> str:
+def _initialise(unit: Unit, decl: int, name: int, init: int, semi: int, storage: str) -> str:
     """The code that gives `threadgroup T x[N] = init;` its value once per threadgroup: the
-    initializer moves to a local `const T __mk_tgi_x[N] = init;` copied in by the group's first thread."""
+    initializer moves to a local `const T __mk_tgi_x[N] = init;` copied into `storage` by the
+    group's first thread."""
     src, toks = unit.src, unit.toks
     x = toks[name].text
     words = lambda first, last: " ".join(keywords.literal_text(t) for t in toks[first:last])
@@ -96,5 +107,5 @@ def _initialise(unit: Unit, decl: int, name: int, init: int, semi: int) -> str:
     unit.dropped.update(range(init, semi))
     return (f"const {words(decl + 1, name)} __mk_tgi_{x} {words(name + 1, init)} {words(init, semi)}; "
             f"static thread_local unsigned long long __mk_tgg_{x} = 0; if (__mk_tgg_{x} != ::mk::group_serial) "
-            f"{{ __builtin_memcpy((void*)&__mk_tg_{x}, (const void*)&__mk_tgi_{x}, sizeof(__mk_tg_{x})); "
+            f"{{ __builtin_memcpy((void*)&{storage}, (const void*)&__mk_tgi_{x}, sizeof({storage})); "
             f"__mk_tgg_{x} = ::mk::group_serial; }}")

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from ..model import FnDef, Kernel, Unit
 from ..tokens import Token
-from ..passes.callgraph import Reach
+from ..passes.callgraph import LOG_METHODS, Reach
 from ..passes.params import BUILTINS
 from . import functions, names as names_mod, regions, scan, steps
 from .analysis import Function
@@ -69,6 +69,7 @@ def transform(unit: Unit, reach: Reach, text: str, head: int = 0) -> None:
         return
     names = names_mod.collect(text, head)
     sync_names = {n for n, s in reach.sync.items() if s}
+    unit.log_helpers = _log_helpers(unit, reach) - sync_names
     by_name: dict[str, list[FnDef]] = {}
     for f in unit.functions:
         by_name.setdefault(f.name, []).append(f)
@@ -155,6 +156,28 @@ def _statement_start(unit: Unit, i: int) -> int:
     while i > 0 and unit.toks[i - 1].text not in (";", "}", "{"):
         i -= 1
     return i
+
+
+def _log_helpers(unit: Unit, reach: Reach) -> set[str]:
+    """Names of the user functions that call an os_log method (<metal_logging>), themselves or
+    through the functions they call. A SIMT kernel calls them lane by lane telling each its lane
+    (simt.h invoke_logging), so their messages name the thread."""
+    toks = unit.toks
+    out = set()
+    for f in unit.functions:
+        a, b = f.body
+        if not f.is_kernel and any(toks[i].text in LOG_METHODS and toks[i - 1].text in (".", "->")
+                                   and toks[i + 1].text == "(" for i in range(a + 1, b)):
+            out.add(f.name)
+    kernels = {f.name for f in unit.functions if f.is_kernel}
+    changed = True
+    while changed:
+        changed = False
+        for name, callees in reach.calls.items():
+            if name not in out and name not in kernels and callees & out:
+                out.add(name)
+                changed = True
+    return out
 
 
 def _fn_twins(unit: Unit, targs: tuple[int, int], sync_names: set[str]) -> list[str]:

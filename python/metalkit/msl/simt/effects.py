@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..passes.callgraph import LOG_METHODS
 from . import syntax as sx
 from .resolve import Resolution, space_in
 from .unsupported import Unsupported
@@ -93,6 +94,7 @@ class Effects:
         self.ref_params = ref_params          # user function -> positions of its non-const reference parameters
                                               # (every user function has one)
         self.fn_tparams = fn_tparams          # its template parameters that are values (a function passed so)
+        self.log_helpers = unit.log_helpers   # user functions that log: called lane by lane, told the lane
 
     def callee_name(self, c) -> str:
         """The name a call calls ("" for a construction or an operator)."""
@@ -109,9 +111,19 @@ class Effects:
         return isinstance(f, sx.Name) and not f.qualified and f.last not in self.name_var \
             and self.toks[f.last].text in self.fn_tparams
 
+    def logs(self, c) -> bool:
+        """Whether call c calls a user function that logs and reaches no SIMD-group function."""
+        f = getattr(c, "callee", None)
+        return (isinstance(f, (sx.Name, sx.Member)) and self.callee_name(c) in self.log_helpers
+                and not self.through_tparam(c) and not (isinstance(f, sx.Name) and f.last in self.name_var))
+
     def is_sync_call(self, c: sx.Call) -> bool:
         name = self.callee_name(c)
         f = c.callee
+        if isinstance(f, sx.Member) and name in LOG_METHODS:
+            return True  # os_log's: called lane by lane with a site, which tells it the lane (logging.h)
+        if self.logs(c):
+            return True
         at = f.last if isinstance(f, sx.Name) else f.name if isinstance(f, sx.Member) else None
         said = (self.call_sync or {}).get(at)
         if self.through_tparam(c):

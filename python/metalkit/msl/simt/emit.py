@@ -21,6 +21,9 @@ LANES = "for (unsigned __l = 0; __l < 32u; ++__l) if (__m >> __l & 1u)"
 # 32: lane l's x position is the SIMD-group's first x + l; 16, 8: the SIMD-group covers rows of
 # that many threads of a 16- or 8-wide threadgroup, lane l at column l % w of row l / w.
 SHAPES = {32: "__affine", 16: "__rows == 16u", 8: "__rows == 8u"}
+# metalkit's SIMD-group functions whose twins (include/metalkit/simd.h) run the whole SIMD-group
+# at once; the others go through the exchange, a call per lane.
+STDLIB_TWINS = {f"{scope}_{op}" for scope in ("simd", "quad") for op in ("sum", "product", "min", "max", "and", "or", "xor")}
 
 
 def _divisions(node) -> list:
@@ -42,6 +45,7 @@ class Emitter:
         self.toks = fn.unit.toks
         self.is_kernel = is_kernel
         self.full = False  # writing a region's twin for a full mask (region_loops)
+        self.fixed: tuple[int, bool] | None = None  # (shape, full mask) of the loop version being written
         self.has_result = has_result
         self.frags: dict[int, list[str]] = {}
         self.cursor = fn.body.a
@@ -231,7 +235,11 @@ class Emitter:
         self.put(first.a, " ".join(decls))
         jumps: set[str] = set()
         shapes = self.shapes(stmts)
-        if shapes:
+        if self.fixed is not None:
+            self.shape = self.fixed[0] if self.fixed[0] in shapes else 0
+            jumps = self.region_loop(stmts)
+            self.shape = 0
+        elif shapes:
             # Positions that are base + lane (or rows of a tile) in most dispatches, so the
             # compiler vectorises accesses indexed by them: a loop per shape, one for the others.
             for j, w in enumerate(shapes):
@@ -285,6 +293,11 @@ class Emitter:
 
     def by_shape(self, stmts, code) -> str:
         """code() for every shape stmts are worth (see shapes), chosen at run time, then for any."""
+        if self.fixed is not None:
+            self.shape = self.fixed[0] if self.fixed[0] in self.shapes(stmts) else 0
+            out = code()
+            self.shape = 0
+            return out
         out = ""
         for w in self.shapes(stmts):
             self.shape = w
@@ -511,6 +524,11 @@ class Emitter:
             plain = f"{callee}({', '.join(args)})"
             siteful = f"{callee}({', '.join(args + ['__s'])})"
             d = f"decltype({callee0}({', '.join(args0)}))"
+            if self.fn.effects.logs(h):  # a helper that logs: each lane's call is told its lane
+                code.append(f"mk::simt::ret_lanes_t<{d}> {res}; (void){res}; mk::simt::invoke_logging<{d}>(__m, &{res}, "
+                            f"[&](unsigned __l) __attribute__((always_inline)) -> decltype(auto) {{ return {plain}; }});")
+                self.subst[h.a] = (h.b, lambda lane, r=res: f"{r}[{lane}]")
+                continue
             twin = self.twin(h, res, args)
             code.append(f"mk::simt::ret_lanes_t<{d}> {res}; (void){res}; mk::simt::invoke<{d}>(__f, __m, &{res}, "
                         f"[&](unsigned __l, auto __s) __attribute__((always_inline)) -> decltype({siteful}) {{ return {siteful}; }}, "
@@ -519,13 +537,14 @@ class Emitter:
         return " ".join(code)
 
     def twin(self, h, res: str, args: list[str]) -> str:
-        """The lambda calling the SIMT twin of the user function h calls (mk::simt::no_twin{} if none can)."""
+        """The lambda calling the SIMT twin of the function h calls: a user function's, or one of STDLIB_TWINS
+        (mk::simt::no_twin{} if none can)."""
         f = getattr(h, "callee", None)
         if f is None:
             return "mk::simt::no_twin{}"
         name = self.fn.effects.callee_name(h)
         through = self.fn.effects.through_tparam(h)
-        if name not in self.fn.effects.sync_names and not through:
+        if name not in self.fn.effects.sync_names and not through and name not in STDLIB_TWINS:
             return "mk::simt::no_twin{}"
         dep = "mk::simt::dep<decltype(__t)>"
         accs = []
@@ -580,19 +599,10 @@ class Emitter:
                 self.emit_list(p.bodies[1], ctx_v)
                 self.put(s.els.b, "}")
         elif isinstance(s, (sx.While, sx.For, sx.DoWhile)):
-            k = self.new()
-            self.loops.append(("S", k, False))
-            stop = "if (!__m) break;" if any(q.retires for q in p.bodies[-1]) else ""
-            if isinstance(s, sx.While):
-                self.put(s.a, f"while ({self.expr(s.cond, None)}) {{ {stop}")
-            elif isinstance(s, sx.DoWhile):
-                self.put(s.a, f"do {{ {stop}")
+            if self.fixed is None and self.lane_only(p.bodies[-1]):
+                self.emit_loop_versions(p, ctx_v)
             else:
-                init = self.render(s.init.a, s.init.b - 1, None) if s.init is not None else ""
-                self.put(s.a, f"for ({init}; {self.expr(s.cond, None)}; {self.expr(s.inc, None)}) {{ {stop}")
-            self.emit_list(p.bodies[-1], ctx_v)
-            self.loops.pop()
-            self.put(s.b, "}" if not isinstance(s, sx.DoWhile) else f"}} while ({self.expr(s.cond, None)});")
+                self.emit_loop(p, ctx_v)
         elif isinstance(s, sx.Switch):
             k = self.new()
             self.loops.append(("S", k, True))
@@ -600,6 +610,46 @@ class Emitter:
             self.emit_list(p.bodies[0], ctx_v, guard=False)
             self.loops.pop()
             self.put(s.b, "}")
+
+    def emit_loop(self, p: Piece, ctx_v: bool) -> None:
+        """A loop on a uniform condition: plain C++."""
+        s = p.stmts[0]
+        k = self.new()
+        self.loops.append(("S", k, False))
+        stop = "if (!__m) break;" if any(q.retires for q in p.bodies[-1]) else ""
+        if isinstance(s, sx.While):
+            self.put(s.a, f"while ({self.expr(s.cond, None)}) {{ {stop}")
+        elif isinstance(s, sx.DoWhile):
+            self.put(s.a, f"do {{ {stop}")
+        else:
+            init = self.render(s.init.a, s.init.b - 1, None) if s.init is not None else ""
+            self.put(s.a, f"for ({init}; {self.expr(s.cond, None)}; {self.expr(s.inc, None)}) {{ {stop}")
+        self.emit_list(p.bodies[-1], ctx_v)
+        self.loops.pop()
+        self.put(s.b, "}" if not isinstance(s, sx.DoWhile) else f"}} while ({self.expr(s.cond, None)});")
+
+    def lane_only(self, body: list[Piece]) -> bool:
+        """Whether a uniform loop's body is per-lane statements (and uniform ones) that leave the
+        mask as it is: no structure, SIMD-group call, barrier, return or jump."""
+        return any(q.kind in ("R", "RW") for q in body) and all(
+            q.kind in ("U", "R", "RW", "N") and not any(isinstance(n, (sx.Return, sx.Jump)) for st in q.stmts
+                                                        for n in st.walk()) for q in body)
+
+    def emit_loop_versions(self, p: Piece, ctx_v: bool) -> None:
+        """A uniform loop of per-lane statements, written once per lane shape its regions are worth
+        and for a full mask or not, chosen before the loop: within a version every region has one
+        lane loop, so the compiler keeps per-lane values in vector registers across iterations (a
+        tiled matmul's accumulators), which a choice made in every iteration prevents."""
+        s = p.stmts[0]
+        shapes = [w for w in SHAPES if any(w in self.shapes(q.stmts) for q in p.bodies[-1])]
+        for j, w in enumerate(shapes + [0]):
+            self.put(s.a if j == 0 else s.b, ("else " if j else "") + (f"if ({SHAPES[w]}) {{" if w else "{"))
+            for full in (True, False):
+                self.put(s.a if j == 0 and full else s.b, "if (__m == ~0u) {" if full else "} else {")
+                self.fixed, self.full = (w, full), full
+                self.emit_loop(p, ctx_v)
+                self.fixed, self.full = None, False
+            self.put(s.b, "} }")
 
     def mask_of(self, cond, var: str) -> str:
         """Code setting `var` to the mask of active lanes for which cond holds."""
