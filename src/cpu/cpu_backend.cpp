@@ -488,7 +488,7 @@ class CpuKernel : public KernelImpl {
     if (trace) {  // for the bindings, whatever happened: a fault is the last thing a trace shows
       taken_trace() = std::move(trace);
       if (!failed && taken_trace()->full)
-        throw KernelFault("kernel '" + spec_.name + "' (" + spec_.file + ":" + std::to_string(spec_.line) +
+        throw KernelFault(kernel_label(spec_.name) + " (" + spec_.file + ":" + std::to_string(spec_.line) +
                           "): " + taken_trace()->cap_message());
     }
     if (!failed && stopper.flag.load() && completed < groups) {  // stopped by Ctrl-C or the time limit
