@@ -279,7 +279,7 @@ def test_metal_errors_point_at_the_users_header(tmp_path, monkeypatch):
     physical = next(i for i, l in enumerate(text.split("\n"), 1) if "return y" in l)
     seen = {}
 
-    def metal_compile(text_, filename, constants, fast_math, kernels):
+    def metal_compile(text_, filename, constants, fast_math, kernels, logging):
         seen.update(text=text_, constants=constants, kernels=kernels)
         raise CompileError(f"Compilation failed: \n\nprogram_source:{physical}:37: error: use of undeclared identifier 'y'")
 
