@@ -273,7 +273,9 @@ AccessReport::AccessReport(std::vector<WatchedBuffer> buffers, const unsigned* n
     const uint64_t es = std::max<uint64_t>(1, b.elem_size), g = granule(es);
     void* p = mmap(nullptr, cells_bytes(b.size, g), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
                    -1, 0);
-    if (p == MAP_FAILED) throw std::runtime_error("no memory to watch buffer '" + b.name + "' for check=races");
+    if (p == MAP_FAILED) throw std::runtime_error("no address space to watch parameter '" + b.name + "' for check=races (" +
+                               std::to_string(cells_bytes(b.size, g)) + " bytes); pass a smaller array, or check "
+                               "\"uninit\" alone, which does not watch device memory");
     devices_.push_back({b.data, b.size, es, g, std::move(b.name), static_cast<Device::Cell*>(p)});
   }
 }
