@@ -18,7 +18,9 @@ import pytest
 
 from conftest import child_env
 
-REUSE_SCRIPT = textwrap.dedent("""
+# A child script's start: it loads the kernel file argv[1]; with argv[2] == "forbid" the cache
+# must serve it (compiling is an error).
+FORBID_PRELUDE = textwrap.dedent("""
     import sys, numpy as np, metalkit as mk
     from metalkit.msl import build
     if sys.argv[2] == "forbid":
@@ -26,6 +28,9 @@ REUSE_SCRIPT = textwrap.dedent("""
             raise SystemExit("compiled although the cache should have served it")
         build._compile = refuse
     lib = mk.load(sys.argv[1])
+""")
+
+REUSE_SCRIPT = FORBID_PRELUDE + textwrap.dedent("""
     x = np.arange(8, dtype=np.float32)
     lib.k(x)
     print(x.tolist())
@@ -93,14 +98,7 @@ def test_header_edit_in_the_same_process_gives_a_new_library(tmp_path):
 
 # Runs the kernel of argv[1] on random data of edge sizes against numpy; with
 # argv[2] == "forbid" the cache must serve it (compiling is an error).
-SCRIPT = textwrap.dedent("""
-    import sys, numpy as np, metalkit as mk
-    from metalkit.msl import build
-    if sys.argv[2] == "forbid":
-        def refuse(*a, **k):
-            raise SystemExit("compiled although the cache should have served it")
-        build._compile = refuse
-    lib = mk.load(sys.argv[1])
+SCRIPT = FORBID_PRELUDE + textwrap.dedent("""
     rng = np.random.default_rng()
     for n in (1, 1000, 4097):
         x = rng.standard_normal(n).astype(np.float32)
