@@ -56,6 +56,7 @@ struct Cell {
 struct Memory {
   uintptr_t lo = 0;
   uint64_t size = 0, elem_size = 1, granule = 1;
+  unsigned shift = 0;  // log2(granule): an offset's cell, without a division on every access
   std::string name;
   std::vector<Cell> cells;
   uint32_t group_epoch = 0;  // kernel-scope variables: the group that registered it last
@@ -145,8 +146,9 @@ void noted_or_pending(State& s, const Finding& x, uintptr_t addr, uint64_t n) {
 }
 
 // A race between threadgroups on a watched device buffer: `other` is the other group's linear index.
-void note_device(State& s, const RunningFiber& f, const AccessReport::Device& d, uint64_t offset, Hazard kind,
-                 uint64_t other, uint32_t other_pc, uint32_t pc, uintptr_t addr = 0, uint64_t bytes = 0) {
+[[gnu::noinline, gnu::cold]] void note_device(State& s, const RunningFiber& f, const AccessReport::Device& d,
+                                             uint64_t offset, Hazard kind, uint64_t other, uint32_t other_pc,
+                                             uint32_t pc, uintptr_t addr = 0, uint64_t bytes = 0) {
   if (!(s.checks & kCheckRaces)) return;
   const unsigned* n = s.report->ngroups;
   Finding x = finding(kind, false, s.report->code_base + (other_pc & ~kTop), s.report->code_base + pc);
@@ -164,11 +166,12 @@ void note_device(State& s, const RunningFiber& f, const AccessReport::Device& d,
   noted_or_pending(s, x, addr, bytes);
 }
 
-void note(State& s, const RunningFiber& f, const std::string& name, uint64_t elem_size, uint64_t offset, Hazard kind,
-          unsigned other, uint32_t other_pc, uint32_t pc, bool on_device = false, uintptr_t addr = 0, uint64_t n = 0);
+[[gnu::noinline, gnu::cold]] void note(State& s, const RunningFiber& f, const std::string& name, uint64_t elem_size,
+                                      uint64_t offset, Hazard kind, unsigned other, uint32_t other_pc, uint32_t pc,
+                                      bool on_device = false, uintptr_t addr = 0, uint64_t n = 0);
 
-void device_access(State& s, const RunningFiber& f, AccessReport::Device& d, uint64_t first, uint64_t last,
-                   bool reads, bool write, bool atomic, uint32_t pc) {
+[[gnu::noinline]] void device_access(State& s, const RunningFiber& f, AccessReport::Device& d, uint64_t first,
+                                   uint64_t last, bool reads, bool write, bool atomic, uint32_t pc) {
   const unsigned* n = s.report->ngroups;
   const uint64_t linear = f.pos[0] + uint64_t(n[0]) * (f.pos[1] + uint64_t(n[1]) * f.pos[2]);
   const uint32_t me = uint32_t(linear % (kTop - 1)) + 1;
@@ -245,7 +248,7 @@ size_t cells_bytes(uint64_t size, uint64_t granule) {
 }
 
 // The second writes of State::writes are done now: those that changed the bytes are races.
-void settle_writes(State& s) {
+[[gnu::noinline]] void settle_writes(State& s) {
   for (const State::PendingWrite& p : s.writes)
     if (std::memcmp(reinterpret_cast<const void*>(p.addr), p.before, p.n) != 0) noted(s, p.finding, p.serial);
   s.writes.clear();
@@ -253,7 +256,7 @@ void settle_writes(State& s) {
 
 // The barrier interval of State::reads has ended: each read its SIMD-group's own write did not
 // follow (which lockstep would have put first, and which is reported as lockstep) was uninitialised.
-void settle_reads(State& s) {
+[[gnu::noinline]] void settle_reads(State& s) {
   for (const State::PendingRead& p : s.reads) {
     const Cell& c = s.memory[p.memory].cells[p.cell];
     // (An atomic update reads too: every one of them read the unset value.)
@@ -320,6 +323,7 @@ AccessScope::AccessScope(uint32_t checks, AccessReport* report, std::vector<Chec
     m.size = c.size;
     m.elem_size = std::max<uint64_t>(1, c.elem_size);
     m.granule = granule(m.elem_size);
+    m.shift = unsigned(__builtin_ctzll(m.granule));
     m.name = std::move(c.name);
     m.cells.resize((c.size + m.granule - 1) / m.granule);
     s.memory.push_back(std::move(m));
@@ -340,6 +344,24 @@ AccessScope::~AccessScope() {
   s.report = nullptr;
   s.memory.clear();
 }
+
+namespace {
+
+// A read of granule k of m that no thread of this threadgroup wrote: settled when the interval ends.
+[[gnu::noinline, gnu::cold]] void pend_uninitialised(State& s, const RunningFiber& f, const Memory& m, uint64_t k,
+                                                    uint32_t at) {
+  const uint16_t me = uint16_t(f.index);
+  Finding x = finding(Hazard::Uninitialised, false, 0, s.report->code_base + at);
+  std::copy(f.pos, f.pos + 3, x.group);
+  x.first_thread = x.second_thread = me;
+  x.memory = m.name;
+  x.elem_size = m.elem_size;
+  x.lo = x.hi = k * m.granule;
+  s.reads.push_back({x, size_t(&m - s.memory.data()), size_t(k), me, f.epoch, s.accesses});
+  s.reads_epoch = f.epoch;
+}
+
+}  // namespace
 
 void rt_access(const void* addr, mk_u64 size, unsigned flags, const void* pc) {
   if (!armed) return;
@@ -364,8 +386,9 @@ void rt_access(const void* addr, mk_u64 size, unsigned flags, const void* pc) {
       if (a - d.lo < d.size) {
         ++s.accesses;
         const uint64_t o = a - d.lo;
-        device_access(s, f, d, o / d.granule, (std::min<uint64_t>(d.size, o + size) + d.granule - 1) / d.granule,
-                      reads, write, atomic, at);
+        const unsigned shift = unsigned(__builtin_ctzll(d.granule));
+        device_access(s, f, d, o >> shift, (std::min<uint64_t>(d.size, o + size) + d.granule - 1) >> shift, reads,
+                      write, atomic, at);
         return;
       }
     return;  // neither threadgroup memory nor a watched buffer
@@ -373,7 +396,7 @@ void rt_access(const void* addr, mk_u64 size, unsigned flags, const void* pc) {
   ++s.accesses;
   const uint16_t me = uint16_t(f.index);
   const uint64_t g = m->granule, o = a - m->lo;
-  const uint64_t first = o / g, last = (std::min<uint64_t>(m->size, o + size) + g - 1) / g;
+  const uint64_t first = o >> m->shift, last = (std::min<uint64_t>(m->size, o + size) + g - 1) >> m->shift;
   // Another thread's access of this interval, unless a simdgroup_barrier of their one
   // SIMD-group came between.
   auto unordered = [&](uint32_t epoch, unsigned who, uint32_t sg) {
@@ -385,16 +408,7 @@ void rt_access(const void* addr, mk_u64 size, unsigned flags, const void* pc) {
     const bool written = c.w_epoch >= f.group_epoch;
     if (reads) {
       if (!written && f.lanes == 1 && (s.checks & kCheckUninit)) {  // settled when the interval ends
-        const size_t mi = size_t(m - s.memory.data());
-        const uintptr_t base = s.report->code_base;
-        Finding x = finding(Hazard::Uninitialised, false, 0, base + at);
-        std::copy(f.pos, f.pos + 3, x.group);
-        x.first_thread = x.second_thread = me;
-        x.memory = m->name;
-        x.elem_size = m->elem_size;
-        x.lo = x.hi = byte;
-        s.reads.push_back({x, mi, size_t(k), me, f.epoch, s.accesses});
-        s.reads_epoch = f.epoch;
+        pend_uninitialised(s, f, *m, k, at);
       } else if (!written) {
         note(s, f, m->name, m->elem_size, byte, Hazard::Uninitialised, me, 0, at);
       }
@@ -443,6 +457,7 @@ void rt_threadgroup_variable(const void* addr, mk_u64 size, mk_u64 elem_size, co
     fresh.size = size;
     fresh.elem_size = elem_size ? elem_size : 1;
     fresh.granule = granule(fresh.elem_size);
+    fresh.shift = unsigned(__builtin_ctzll(fresh.granule));
     fresh.name = name;
     fresh.cells.resize((size + fresh.granule - 1) / fresh.granule);
     s.memory.push_back(std::move(fresh));
