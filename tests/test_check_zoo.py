@@ -665,7 +665,8 @@ kernel void tg_bytes(device const float* x [[buffer(0)]], device float* y [[buff
                                                                      threadgroup_memory={0: TG * 4})),
      reference=lambda a: {1: np.concatenate([a[0][s:e][::-1] for s, e in segments(N)])})
 
-# Kernel-scope threadgroup arrays are guarded in the checked build ("all").
+# Kernel-scope threadgroup arrays are guarded under check=True (the guarded build) and in the
+# checked build ("all").
 RS = (13, 21)  # rows, cols
 
 
@@ -682,7 +683,7 @@ def rowsum_reference(a):
     return {1: padded.reshape(r, -1, 8).sum(axis=2)}
 
 
-case(name="tile_rowsum", kind="bounds", first="row",
+case(name="tile_rowsum", kind="bounds", check=True, first="row",
      detail=r"past the end of threadgroup variable 'tile' of 64 elements \(element 64\)", src=f"""
 kernel void tile_rowsum(device const float* x [[buffer(0)]], device float* y [[buffer(1)]],
                         constant uint& rows [[buffer(2)]], constant uint& cols [[buffer(3)]],

@@ -306,3 +306,26 @@ kernel void big(device const float* x [[buffer(0)]], device float* y [[buffer(1)
     assert run_checked(big, "big", x, y, grid=64, threadgroup=64) == []
     np.testing.assert_array_equal(y, x[::-1])
     test_a_kernel_scope_threadgroup_array_is_guarded_in_the_checked_build()
+
+
+SCRATCH = """
+kernel void scratch(device const float* x [[buffer(0)]], device float* y [[buffer(1)]],
+                    uint i [[thread_position_in_grid]], uint l [[thread_position_in_threadgroup]]) {
+    threadgroup float slot[SIZE];                  // no barrier: the kernel runs as a loop
+    slot[l] = x[i] * 2.0f;                         // store
+    y[i] = slot[l] + 1.0f;
+}
+"""
+
+
+def test_check_true_guards_a_threadgroup_variable_of_a_loop_kernel():
+    x = np.random.default_rng(7).random(100, dtype=np.float32)
+    lib = mk.compile(HEAD + SCRATCH.replace("SIZE", "32"), filename="scratch.metal")
+    assert lib.scratch.execution == "loop"
+    with pytest.raises(mk.KernelFault, match=r"past the end of threadgroup variable 'slot' of 32 elements "
+                                             rf"\(element 32\).*scratch\.metal:{line_of(SCRATCH, '// store')}"):
+        lib.scratch(x, np.zeros_like(x), grid=100, threadgroup=64, check=True)
+    y = np.zeros_like(x)
+    mk.compile(HEAD + SCRATCH.replace("SIZE", "64"), filename="scratch.metal").scratch(
+        x, y, grid=100, threadgroup=64, check=True)
+    np.testing.assert_array_equal(y, x * 2 + 1)

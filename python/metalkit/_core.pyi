@@ -57,7 +57,7 @@ class Kernel:
     def location(self) -> tuple[str, int]: ...
     # Builds this kernel checked (every access recorded) for check= races, uninit, lockstep (its
     # bool: every thread a fiber); set by metalkit.Library (None: no source to build from).
-    _checked_factory: Optional[Callable[[bool], Kernel]]
+    _checked_factory: Optional[Callable[[str], Kernel]]
 
 class Batch:
     """What ``metalkit.batch()`` returns: a context manager that queues the kernel calls

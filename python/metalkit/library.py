@@ -53,7 +53,7 @@ class Library:
         self.backend = backend
         self.constants = dict(constants or {})
         self._rebuild = rebuild  # the same source and options with other constants
-        self._checked = checked  # (threads, name=) -> a kernel's checked build (check= races, uninit, lockstep)
+        self._checked = checked  # (build, name=) -> a kernel's build for check= (_checked_kernel)
 
     def specialize(self, name: str, constants: Constants) -> "Kernel":
         """Kernel ``name`` with function constants bound for it alone, on top of the library's.
@@ -266,16 +266,17 @@ def compile(source: str, *, filename: str = "<source>", include_dirs: Iterable[s
     return lib
 
 
-def _checked_kernel(options: _Options, threads: bool, name: str) -> Any:
-    """Kernel ``name`` of the source and options ``options`` (msl.build.build's), built checked:
-    every memory access told to the runtime (check= races, uninit, lockstep). Its SIMT kernels
-    stay SIMT (the runtime knows the SIMD-group of an access), the rest run a fiber per thread;
-    ``threads``: every kernel runs a fiber per thread (the runtime knows the thread)."""
+def _checked_kernel(options: _Options, build: str, name: str) -> Any:
+    """Kernel ``name`` of the source and options ``options`` (msl.build.build's), built for check=:
+    ``build`` "checked" has every memory access told to the runtime (check= races, uninit; its
+    SIMT kernels stay SIMT, as the runtime knows the SIMD-group of an access, the rest run a fiber
+    per thread), "checked-threads" runs every kernel a fiber per thread as well (lockstep: the
+    runtime knows the thread), and "guarded" keeps threadgroup variables declared in a kernel
+    between inaccessible pages (check=True)."""
     from .msl import build as msl_build
     source, filename, include_dirs, constants, fast_math, defines, _ = options
-    execution = "checked-threads" if threads else "checked"
     try:
-        path = msl_build.build(source, filename, include_dirs, constants, fast_math, defines, execution, [name])
+        path = msl_build.build(source, filename, include_dirs, constants, fast_math, defines, build, [name])
     except CompileError as e:
         raise e.reworded(f"kernel {name!r}, built for check=: {e.msg}") from None
     return _load(path).kernel(name)

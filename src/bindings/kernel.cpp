@@ -303,13 +303,20 @@ void set_allocation(BoundArg& b, py::handle array) {
 
 }  // namespace
 
-std::shared_ptr<KernelImpl> PyKernel::checked_impl(const std::string& kernel, bool threads) {
-  std::shared_ptr<KernelImpl>& slot = checked_[threads];
+std::shared_ptr<KernelImpl> PyKernel::build_for(uint32_t checks) {
+  const bool accesses = checks & kCheckAccesses;
+  // check=True alone: the kernel as it is, unless threadgroup variables need guarding.
+  if (!accesses && !((checks & kCheckBounds) && spec().threadgroup_variables)) return impl_;
+  const int which = !accesses ? 2 : (checks & kCheckPerThread) ? 1 : 0;
+  std::shared_ptr<KernelImpl>& slot = builds_[which];
   if (slot) return slot;
-  if (!checked_factory || checked_factory.is_none())
-    throw DispatchError(kernel_prefix(kernel) + "check= races, uninit and lockstep need the kernel's source to build "
-                        "it checked; get the kernel from metalkit.compile or metalkit.load");
-  py::object k = checked_factory(threads);
+  if (!checked_factory || checked_factory.is_none()) {
+    if (!accesses) return impl_;  // no source to build from: its threadgroup variables go unguarded
+    throw DispatchError(kernel_prefix(spec().name) + "check= races, uninit and lockstep need the kernel's source to "
+                        "build it checked; get the kernel from metalkit.compile or metalkit.load");
+  }
+  static const char* const names[] = {"checked", "checked-threads", "guarded"};
+  py::object k = checked_factory(names[which]);
   slot = k.cast<PyKernel&>().impl_;
   return slot;
 }
@@ -629,7 +636,7 @@ py::object PyKernel::call(py::args args, py::kwargs kwargs) {
   c.launch.checks = o.checks;
   // The access checks run the kernel's checked build, every access recorded; lockstep (and metalkit.trace)
   // needs the one where every thread is a fiber (elsewhere the runtime knows an access's SIMD-group, not its lane).
-  c.run = o.checks & kCheckAccesses ? checked_impl(sp.name, o.checks & kCheckPerThread) : impl_;
+  c.run = build_for(o.checks);
   check_warnings().clear();
   // Checked mode: every array runs on a copy between inaccessible pages, so an
   // out-of-bounds index faults at once and the caller's arrays stay untouched.

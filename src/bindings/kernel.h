@@ -30,9 +30,11 @@ class PyKernel {
   double last_gpu_time() const { return impl_->last_gpu_time(); }
   pybind11::list arg_specs() const;
   std::string signature() const;
-  // check="races"/"uninit"/"lockstep" run the kernel's checked build (every access recorded):
-  // `factory(threads)` returns it as a Kernel, built on first use (metalkit.library sets it);
-  // `threads`: the build running every thread as a fiber, which lockstep needs.
+  // Other builds of the kernel for check=: `factory(build)` returns one as a Kernel, built on
+  // first use (metalkit.library sets it). check="races"/"uninit" run build "checked" (every
+  // access recorded), "lockstep" build "checked-threads" (every thread a fiber as well), and
+  // check=True build "guarded" if the kernel declares threadgroup variables (their storage
+  // guarded, as threadgroup parameters' is).
   pybind11::object checked_factory = pybind11::none();
 
  private:
@@ -57,11 +59,12 @@ class PyKernel {
   void run_now(Call& c) const;
   void enqueue(Call& c) const;
 
-  // The kernel's checked build, made by checked_factory on first use.
-  std::shared_ptr<KernelImpl> checked_impl(const std::string& kernel, bool threads);
+  // The build of the kernel that runs a call with these checks (checked_factory's, made on first
+  // use), or the kernel itself.
+  std::shared_ptr<KernelImpl> build_for(uint32_t checks);
 
   std::shared_ptr<KernelImpl> impl_;
-  std::shared_ptr<KernelImpl> checked_[2];  // [threads]
+  std::shared_ptr<KernelImpl> builds_[3];  // checked_factory's: checked, checked-threads, guarded
   std::vector<pybind11::object> dtypes_;  // per parameter: numpy dtype of its elements (None: builtins, unknown structs)
   DefaultGridRule default_grid_;  // whether a call may leave the grid out
   std::vector<Slot> slots_;    // ordered by buffer index

@@ -47,6 +47,7 @@ struct KernelSpec {
   uint32_t max_threads = 1024;
   uint32_t simd_width = 32;        // threads per SIMD-group: Metal's threadExecutionWidth of the pipeline
   bool needs_fibers = false;       // runs with barriers or SIMD-group functions (not as a plain loop)
+  bool threadgroup_variables = false;  // CPU: declares threadgroup variables in its body
   std::string execution = "gpu";   // CPU: "loop", "simt", or "fibers: " and why
   std::string file;
   int line = 0;

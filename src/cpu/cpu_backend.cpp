@@ -362,6 +362,7 @@ class CpuKernel : public KernelImpl {
     spec_.name = k.name;
     spec_.max_threads = uint32_t(k.max_threads);
     spec_.needs_fibers = (k.flags & (MK_KERNEL_NEEDS_FIBERS | MK_KERNEL_SIMT)) != 0;
+    spec_.threadgroup_variables = (k.flags & MK_KERNEL_TG_VARIABLES) != 0;
     spec_.execution = k.execution ? k.execution : "loop";
     spec_.file = k.file;
     spec_.line = k.line;

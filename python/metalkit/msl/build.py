@@ -63,7 +63,8 @@ class Options:
     constants: tuple  # items of the constants dict
     fast_math: bool
     prologue: str  # defines= as #define lines
-    execution: str  # "auto", "fibers" or "threads" (execution.py); "checked", "checked-threads" (prepass)
+    execution: str  # "auto", "fibers" or "threads" (execution.py); "checked", "checked-threads", "guarded"
+    # (prepass: the builds for check=)
 
     @property
     def checked(self) -> bool:

@@ -132,6 +132,8 @@ def launchers(kernels: list[Kernel], structs: list[StructDef] = (), checked: boo
             flags = "MK_KERNEL_SIMT" if k.execution == "simt" else "MK_KERNEL_NEEDS_FIBERS"
         if k.uses_barrier:
             flags += " | MK_KERNEL_BARRIERS"
+        if k.threadgroup_variables:
+            flags += " | MK_KERNEL_TG_VARIABLES"
         nargs = sum(p.present for p in k.params)
         out.append(f"  {{{_c_string(k.host_name)}, __mk_args{n}, {nargs}, (unsigned)({k.max_threads}), {flags}, 0, "
                    f"__mk_launch{n}, {_c_string(k.file)}, {k.line}, {_c_string(k.execution)}, "

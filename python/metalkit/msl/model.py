@@ -40,6 +40,7 @@ class Kernel:
     targs: tuple = (0, -1)       # token range of a host_name instantiation's template arguments
     execution: str = "loop"      # "loop", "simt", or "fibers: "/"threads: " and why (metalkit.execution.parse)
     unset_constant: str = ""     # a function constant it uses that was given no value
+    threadgroup_variables: bool = False  # its body declares threadgroup variables
 
 
 @dataclass
@@ -97,6 +98,7 @@ class Unit:
     statements: dict[int, str] | None = None  # clang's facts: a statement's first token -> "decl" / "expr"
     call_sync: dict[int, bool] | None = None  # clang's facts: a function's name in code -> it reaches a SIMD-group function
     structs: list[StructDef] = field(default_factory=list)
+    threadgroup_functions: set[str] = field(default_factory=set)  # functions declaring threadgroup variables
     log_helpers: set[str] = field(default_factory=set)  # SIMT: helpers that log (os_log) and reach no SIMD-group function
     _attr_tokens: set | None = None
 

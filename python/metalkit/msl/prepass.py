@@ -44,7 +44,9 @@ def prepass(text: str, is_user, constants: dict | None = None, only=None, duplic
     each statement) or "threads" (a fiber per thread running the code as written: the reference);
     "checked" is "auto" with the kernels that would run as a loop run as "threads", and
     "checked-threads" is "threads" for every kernel, barriers or not: the builds for check=
-    races and uninit, and for lockstep (codegen.launchers, toolchain's flags).
+    races and uninit, and for lockstep (codegen.launchers, toolchain's flags); "guarded" is
+    "auto" with kernel-scope threadgroup variables in guarded storage: check=True's build of a
+    kernel that declares them.
     ``head``: the length of a leading part of ``text`` that is metalkit's headers, whole declarations
     that recur in every text after its first line (a marker naming the file): the names they
     declare are read once (msl/pch.py finds it).
@@ -58,9 +60,11 @@ def prepass(text: str, is_user, constants: dict | None = None, only=None, duplic
     attributes.find(unit)
     functions.find(unit)
     structs.find(unit)
-    threadgroup_storage.rewrite(unit, checked=execution.startswith("checked"))
+    threadgroup_storage.rewrite(unit, checked=execution.startswith("checked") or execution == "guarded")
     function_constants.bind(unit)
     kernels.collect(unit, duplicates)
+    for k in unit.kernels:
+        k.threadgroup_variables = k.function in unit.threadgroup_functions
     reach = callgraph.mark(unit)
     function_constants.find_unset_uses(unit, reach)
     if only is not None:
@@ -81,7 +85,7 @@ def prepass(text: str, is_user, constants: dict | None = None, only=None, duplic
             function_constants.find_unset_uses(unit, reach, found, positions)
             unit.statements = _statements(unit, found, positions)
             unit.call_sync = _call_sync(unit, found, positions, reach)
-    if execution in ("auto", "checked"):
+    if execution in ("auto", "checked", "guarded"):
         simt.transform(unit, reach, text, head)
         if execution == "checked":  # loops too run a fiber per thread, so each access names its thread
             for k in unit.kernels:

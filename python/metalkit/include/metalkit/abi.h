@@ -88,7 +88,14 @@ typedef void (*mk_launch_fn)(const mk_dispatch* d, mk_u64 first, mk_u64 last, ch
 
 // How a kernel runs: a plain loop over its threads (no barrier, no SIMD-group function),
 // SIMT (each SIMD-group's lanes in lockstep, front end's msl/simt), or a fiber per thread.
-enum mk_kernel_flags { MK_KERNEL_NEEDS_FIBERS = 1, MK_KERNEL_SIMT = 2, MK_KERNEL_BARRIERS = 4 };
+// MK_KERNEL_TG_VARIABLES: it declares threadgroup variables in its body (check=True guards
+// them in the module built with execution "guarded").
+enum mk_kernel_flags {
+  MK_KERNEL_NEEDS_FIBERS = 1,
+  MK_KERNEL_SIMT = 2,
+  MK_KERNEL_BARRIERS = 4,
+  MK_KERNEL_TG_VARIABLES = 8
+};
 
 typedef struct mk_kernel_info {
   const char* name;          // host name

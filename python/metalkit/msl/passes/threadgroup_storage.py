@@ -7,10 +7,10 @@ then the storage holds that value when each threadgroup starts. The first thread
 of a group to reach the declaration copies it in, once (``mk::group_serial``
 counts the groups an OS thread has started), so no thread's stores made before
 another thread reaches the declaration are lost. In a checked build (check= races, uninit,
-lockstep) the name is bound instead to storage the runtime gives out, which ends right at an
-inaccessible guard (so ``s[64]`` faults and is named, src/cpu/guarded.h), and each thread
-reaching the declaration names that storage to the runtime, which then knows its bytes for
-threadgroup memory.
+lockstep), and in the guarded build check=True runs, the name is bound instead to storage the
+runtime gives out, which ends right at an inaccessible guard (so ``s[64]`` faults and is named,
+src/cpu/guarded.h), and each thread reaching the declaration names that storage to the runtime,
+which then knows its bytes for threadgroup memory (checked builds only).
 """
 from __future__ import annotations
 
@@ -19,22 +19,26 @@ from . import keywords
 
 
 def rewrite(unit: Unit, checked: bool = False) -> None:
+    """``checked``: bound to guarded storage (a checked or guarded build)."""
     for f in unit.functions:
-        _rewrite_body(unit, *f.body, checked)
+        if _rewrite_body(unit, *f.body, checked):
+            unit.threadgroup_functions.add(f.name)
 
 
-def _rewrite_body(unit: Unit, a: int, b: int, checked: bool) -> None:
+def _rewrite_body(unit: Unit, a: int, b: int, checked: bool) -> bool:
     """`threadgroup T x[N];` in a function body: per-threadgroup storage.
 
     Metal refuses a kernel whose threadgroup declarations pass 32 KiB; so does
     a static_assert after each one, on the running total of those declared at
     the body's top level (template kernels are checked per instantiation).
+    Whether the body declares any.
     """
     src = unit.src
     toks = src.toks
     total = ""          # C++ expression: bytes declared so far at the top level
     serial = 0
     depth_at = 0        # brace depth within the body
+    found = False
     for i in range(a, b):
         t = toks[i].text
         depth_at += (t == "{") - (t == "}")
@@ -94,6 +98,8 @@ def _rewrite_body(unit: Unit, a: int, b: int, checked: bool) -> None:
         else:
             insert = f" {refs} " + check.format(size)
         src.insert_after(m, insert)
+        found = True
+    return found
 
 
 def _initialise(unit: Unit, decl: int, name: int, init: int, semi: int, storage: str) -> str:
