@@ -139,8 +139,8 @@ Keywords (None, the default of each, means "use the default" below):
     access checks, which run the kernel's checked build (compiled on first
     use; every thread its own fiber, every memory access recorded): data
     races in threadgroup memory, reads of threadgroup memory no thread of the
-    threadgroup wrote, and hazards between lanes of one SIMD-group that only
-    lockstep orders. Checks can be named one by one, as a list or a string
+    threadgroup wrote (and of ``metalkit.empty`` memory nothing wrote), and
+    hazards between lanes of one SIMD-group that only lockstep orders. Checks can be named one by one, as a list or a string
     split by commas: ``bounds``, ``barriers``, ``races``, ``uninit``,
     ``lockstep``; ``warn`` makes the access checks' findings
     ``metalkit.CheckWarning`` warnings instead of one ``KernelFault``. Each

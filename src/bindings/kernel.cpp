@@ -7,6 +7,7 @@
 
 #include "../core/errors.h"
 #include "../core/watchdog.h"
+#include "../cpu/unwritten_pages.h"
 #include "py_attr.h"
 #include "buffer.h"
 #include "call_args.h"
@@ -638,6 +639,13 @@ py::object PyKernel::call(py::args args, py::kwargs kwargs) {
   // needs the one where every thread is a fiber (elsewhere the runtime knows an access's SIMD-group, not its lane).
   c.run = build_for(o.checks);
   check_warnings().clear();
+  // check="uninit": what of each array used as it lies nothing has written yet, found before a
+  // staged copy reads it.
+  if (o.checks & kCheckUninit)
+    for (ArrayArg& x : c.arrays) {
+      BoundArg& b = c.launch.args[x.param];
+      if (!x.stage) b.unwritten = never_written(b.data, b.nbytes);
+    }
   // Checked mode: every array runs on a copy between inaccessible pages, so an
   // out-of-bounds index faults at once and the caller's arrays stay untouched.
   if (o.checks & kCheckBounds)

@@ -4,7 +4,9 @@
 #include <atomic>
 #include <cstddef>
 #include <memory>
+#include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "arg_spec.h"
@@ -45,6 +47,9 @@ struct BoundArg {
   size_t offset = 0;               // data - alloc->data()
   uint32_t tg_offset = 0;          // threadgroup parameters: offset in the group's arena
   bool none = false;               // the call passed None: a buffer the kernel does not read, left unbound
+  // check="uninit": (offset, length) byte ranges nothing has written yet (metalkit.empty memory
+  // the host and kernels left alone: src/cpu/unwritten_pages.h), as offsets from data
+  std::vector<std::pair<uint64_t, uint64_t>> unwritten;
 };
 
 struct Launch {

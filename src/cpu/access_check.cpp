@@ -26,6 +26,20 @@ struct mk::AccessReport::Device {
   Cell* cells;  // mmap'd: zero until touched
 };
 
+// Bytes nothing had written when the dispatch began: per granule, the kernel's last write (its
+// threadgroup's linear index + 1, 0 if none yet; the thread and the epoch, which compare within
+// a threadgroup). Several OS threads write them, so each field is read and written whole.
+struct mk::AccessReport::Unwritten {
+  uintptr_t lo;
+  uint64_t size, offset, elem_size, granule;
+  unsigned shift;
+  std::string name;
+  struct Cell {
+    uint32_t group, epoch, thread;
+  };
+  Cell* cells;  // mmap'd: zero until touched
+};
+
 namespace mk {
 namespace {
 
@@ -94,6 +108,18 @@ struct State {
   };
   std::vector<PendingRead> reads;
   uint32_t reads_epoch = 0;
+  // The same for device memory nothing had written (AccessReport::Unwritten): a read is reported
+  // once its interval ends unless some thread wrote the granule in it (if another SIMD-group's
+  // thread, that is a race, which check="races" reports).
+  struct PendingDeviceRead {
+    Finding finding;
+    size_t range;
+    uint64_t granule;
+    uint32_t group, epoch, thread;
+    uint64_t serial;
+  };
+  std::vector<PendingDeviceRead> device_reads;
+  uint32_t device_reads_epoch = 0;
 };
 
 State& state() {
@@ -170,11 +196,15 @@ void noted_or_pending(State& s, const Finding& x, uintptr_t addr, uint64_t n) {
                                       uint64_t offset, Hazard kind, unsigned other, uint32_t other_pc, uint32_t pc,
                                       bool on_device = false, uintptr_t addr = 0, uint64_t n = 0);
 
+// The running threadgroup's linear index + 1 (0 means none).
+uint32_t linear_group(const AccessReport& r, const RunningFiber& f) {
+  const uint64_t linear = f.pos[0] + uint64_t(r.ngroups[0]) * (f.pos[1] + uint64_t(r.ngroups[1]) * f.pos[2]);
+  return uint32_t(linear % (kTop - 1)) + 1;
+}
+
 [[gnu::noinline]] void device_access(State& s, const RunningFiber& f, AccessReport::Device& d, uint64_t first,
                                    uint64_t last, bool reads, bool write, bool atomic, uint32_t pc) {
-  const unsigned* n = s.report->ngroups;
-  const uint64_t linear = f.pos[0] + uint64_t(n[0]) * (f.pos[1] + uint64_t(n[1]) * f.pos[2]);
-  const uint32_t me = uint32_t(linear % (kTop - 1)) + 1;
+  const uint32_t me = linear_group(*s.report, f);
   const uint32_t at = pc | (atomic ? kTop : 0u);
   for (uint64_t k = first; k < last; ++k) {
     AccessReport::Device::Cell& c = d.cells[k];
@@ -267,10 +297,34 @@ size_t cells_bytes(uint64_t size, uint64_t granule) {
   s.reads.clear();
 }
 
+// The interval of State::device_reads has ended: each read its SIMD-group's own write did not
+// follow (lockstep would have put the write first) was uninitialised.
+[[gnu::noinline]] void settle_device_reads(State& s) {
+  for (const State::PendingDeviceRead& p : s.device_reads) {
+    const AccessReport::Unwritten::Cell& c = s.report->unwritten()[p.range].cells[p.granule];
+    const bool lockstep = __atomic_load_n(&c.group, __ATOMIC_RELAXED) == p.group &&
+                          __atomic_load_n(&c.epoch, __ATOMIC_RELAXED) == p.epoch &&
+                          __atomic_load_n(&c.thread, __ATOMIC_RELAXED) / 32 == p.thread / 32 &&
+                          __atomic_load_n(&c.thread, __ATOMIC_RELAXED) != p.thread;
+    if (!lockstep) noted(s, p.finding, p.serial);
+  }
+  s.device_reads.clear();
+}
+
 }  // namespace
 
-AccessReport::AccessReport(std::vector<WatchedBuffer> buffers, const unsigned* n, uintptr_t base) : code_base(base) {
+AccessReport::AccessReport(std::vector<WatchedBuffer> buffers, std::vector<UnwrittenBytes> unwritten,
+                           const unsigned* n, uintptr_t base)
+    : code_base(base) {
   std::copy(n, n + 3, ngroups);
+  for (UnwrittenBytes& u : unwritten) {
+    const uint64_t es = std::max<uint64_t>(1, u.elem_size), g = granule(es);
+    const size_t bytes = (u.size + g - 1) / g * sizeof(Unwritten::Cell);
+    void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) continue;  // no address space: these bytes go unchecked
+    unwritten_.push_back({u.data, u.size, u.offset, es, g, unsigned(__builtin_ctzll(g)), std::move(u.name),
+                          static_cast<Unwritten::Cell*>(p)});
+  }
   for (WatchedBuffer& b : buffers) {
     if (!b.size) continue;
     const uint64_t es = std::max<uint64_t>(1, b.elem_size), g = granule(es);
@@ -285,6 +339,7 @@ AccessReport::AccessReport(std::vector<WatchedBuffer> buffers, const unsigned* n
 
 AccessReport::~AccessReport() {
   for (Device& d : devices_) munmap(d.cells, cells_bytes(d.size, d.granule));
+  for (Unwritten& u : unwritten_) munmap(u.cells, (u.size + u.granule - 1) / u.granule * sizeof(Unwritten::Cell));
 }
 
 void AccessReport::merge(std::vector<Finding>& found) {
@@ -336,6 +391,7 @@ AccessScope::~AccessScope() {
   State& s = state();
   settle_writes(s);
   settle_reads(s);
+  settle_device_reads(s);
   std::vector<Finding> found;
   for (auto& kv : s.found) found.push_back(kv.second);
   s.found.clear();
@@ -361,6 +417,46 @@ namespace {
   s.reads_epoch = f.epoch;
 }
 
+// An access of device memory nothing had written when the dispatch began: a read of a granule
+// the kernel has not written since is uninitialised.
+[[gnu::noinline]] void unwritten_access(State& s, const RunningFiber& f, uintptr_t a, uint64_t size, bool reads,
+                                        bool write, uint32_t at) {
+  std::vector<AccessReport::Unwritten>& ranges = s.report->unwritten();
+  for (size_t r = 0; r < ranges.size(); ++r) {
+    AccessReport::Unwritten& u = ranges[r];
+    if (a - u.lo >= u.size) continue;
+    ++s.accesses;
+    const uint64_t o = a - u.lo, first = o >> u.shift;
+    const uint64_t last = (std::min<uint64_t>(u.size, o + size) + u.granule - 1) >> u.shift;
+    const uint32_t group = linear_group(*s.report, f);
+    for (uint64_t k = first; k < last; ++k) {
+      AccessReport::Unwritten::Cell& c = u.cells[k];
+      if (reads && !__atomic_load_n(&c.group, __ATOMIC_RELAXED)) {
+        Finding x = finding(Hazard::Uninitialised, false, 0, s.report->code_base + at);
+        std::copy(f.pos, f.pos + 3, x.group);
+        x.first_thread = x.second_thread = f.index;
+        x.lanes_known = f.lanes == 1;
+        x.on_device = true;
+        x.memory = u.name;
+        x.elem_size = u.elem_size;
+        x.lo = x.hi = u.offset + (k << u.shift);
+        if (f.lanes == 1) {  // a thread of its own: settled when the interval ends (lockstep)
+          s.device_reads.push_back({x, r, k, group, f.epoch, f.index, s.accesses});
+          s.device_reads_epoch = f.epoch;
+        } else {
+          noted(s, x, s.accesses);
+        }
+      }
+      if (write) {
+        __atomic_store_n(&c.group, group, __ATOMIC_RELAXED);
+        __atomic_store_n(&c.epoch, f.epoch, __ATOMIC_RELAXED);
+        __atomic_store_n(&c.thread, uint32_t(f.index), __ATOMIC_RELAXED);
+      }
+    }
+    return;
+  }
+}
+
 }  // namespace
 
 void rt_access(const void* addr, mk_u64 size, unsigned flags, const void* pc) {
@@ -375,12 +471,15 @@ void rt_access(const void* addr, mk_u64 size, unsigned flags, const void* pc) {
   }
   if (!s.writes.empty()) settle_writes(s);
   if (!s.reads.empty() && s.reads_epoch != f.epoch) settle_reads(s);
+  if (!s.device_reads.empty() && s.device_reads_epoch != f.epoch) settle_device_reads(s);
   const bool write = flags & MK_ACCESS_WRITE, atomic = flags & MK_ACCESS_ATOMIC;
   const bool reads = !write || (flags & MK_ACCESS_UPDATE);
   // The call, not the instruction after it, as an offset from the module's code.
   const uint32_t at = uint32_t(reinterpret_cast<uintptr_t>(pc) - 1 - s.report->code_base);
   Memory* m = memory_at(s, a);
   if (!m) {
+    if ((s.checks & kCheckUninit) && !s.report->unwritten().empty())
+      unwritten_access(s, f, a, size, reads, write, at);
     if (!(s.checks & (kCheckRaces | kCheckLockstep))) return;
     for (AccessReport::Device& d : s.report->devices())
       if (a - d.lo < d.size) {
@@ -582,6 +681,11 @@ std::string describe(const Reported& r) {
            "or split the work into two dispatches";
   }
   const std::string lanes = f.lanes_known ? "" : " (check=\"all\" runs each thread on its own and names them)";
+  if (f.kind == Hazard::Uninitialised && f.on_device)
+    return "uninitialised read of " + where + " at " + r.second_line + ", by " + thread(f.second_thread) + " of " +
+           group + ": its memory came from metalkit.empty and nothing, neither the host nor a kernel, wrote it "
+           "before (" + times + ")" + lanes + "; fill it first (metalkit.zeros, or a kernel that writes it), or "
+           "read only what was written";
   if (f.kind == Hazard::Uninitialised)
     return "uninitialised read of " + where + " at " + r.second_line + ", by " + thread(f.second_thread) + " of " +
            group + ": no thread of the threadgroup wrote it before (" + times + ")" + lanes;

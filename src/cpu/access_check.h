@@ -7,8 +7,10 @@
 // not both atomic, are a race; a read of a byte no thread of this threadgroup wrote is
 // uninitialised. Device memory the kernel may write keeps, per byte, the threadgroup that last
 // wrote and last read it: threadgroups are not ordered within a dispatch, so two of them
-// touching one byte, one writing, not both atomically, race. Findings are counted per kind and
-// pair of instructions, one report each.
+// touching one byte, one writing, not both atomically, race. Device memory nothing had written
+// when the dispatch began (BoundArg::unwritten) keeps a bit per granule, set when the kernel
+// writes it: a read of one still clear is uninitialised. Findings are counted per kind and pair
+// of instructions, one report each.
 #pragma once
 #include <cstdint>
 #include <map>
@@ -53,12 +55,22 @@ struct WatchedBuffer {
   std::string name;
 };
 
+// Bytes of a device buffer nothing had written when the dispatch began (check="uninit").
+struct UnwrittenBytes {
+  uintptr_t data;
+  uint64_t size;
+  uint64_t offset;  // from the buffer's start
+  uint64_t elem_size;
+  std::string name;
+};
+
 // One dispatch's access checks: the device buffers watched (shared by its chunks) and what the
 // chunks found, merged.
 class AccessReport {
  public:
   // `code_base`: the module's lowest code address (instructions are kept as 32-bit offsets from it).
-  AccessReport(std::vector<WatchedBuffer> buffers, const unsigned* ngroups, uintptr_t code_base);
+  AccessReport(std::vector<WatchedBuffer> buffers, std::vector<UnwrittenBytes> unwritten, const unsigned* ngroups,
+               uintptr_t code_base);
   ~AccessReport();
   AccessReport(const AccessReport&) = delete;
   AccessReport& operator=(const AccessReport&) = delete;
@@ -67,11 +79,14 @@ class AccessReport {
 
   struct Device;  // a watched buffer and its cells
   std::vector<Device>& devices() { return devices_; }
+  struct Unwritten;  // unwritten bytes and their written bits
+  std::vector<Unwritten>& unwritten() { return unwritten_; }
   unsigned ngroups[3];
   uintptr_t code_base;
 
  private:
   std::vector<Device> devices_;
+  std::vector<Unwritten> unwritten_;
   mutable std::mutex lock_;
   std::map<std::tuple<int, bool, uintptr_t, uintptr_t>, Finding> found_;
 };

@@ -444,7 +444,14 @@ class CpuKernel : public KernelImpl {
         if (spec_.args[i].kind == ArgKind::Buffer && spec_.args[i].writable && l.args[i].data && !l.args[i].none)
           watched.push_back({reinterpret_cast<uintptr_t>(l.args[i].data), l.args[i].nbytes,
                              spec_.args[i].elem_size, spec_.args[i].name});
-    AccessReport report(std::move(watched), d.ngroups, mod_->code_lo);
+    // check="uninit": device bytes nothing had written (metalkit.empty memory left alone).
+    std::vector<UnwrittenBytes> unwritten;
+    if (l.checks & kCheckUninit)
+      for (size_t i = 0; i < l.args.size(); ++i)
+        for (const auto& [offset, length] : l.args[i].unwritten)
+          unwritten.push_back({reinterpret_cast<uintptr_t>(l.args[i].data) + offset, length, offset,
+                               spec_.args[i].elem_size, spec_.args[i].name});
+    AccessReport report(std::move(watched), std::move(unwritten), d.ngroups, mod_->code_lo);
     LogSink log(spec_.name);
     // metalkit.trace: every buffer argument, read-only ones too.
     std::unique_ptr<AccessTrace> trace;

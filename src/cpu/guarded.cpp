@@ -28,6 +28,7 @@ char* reserve(size_t bytes) {
 struct Extent {
   uintptr_t end, data;
   size_t size;
+  bool fresh;  // metalkit.empty's (not a staged copy): its pages hold nothing until written
 };
 std::mutex registry_lock;
 std::map<uintptr_t, Extent>& registry() {
@@ -110,7 +111,7 @@ GuardedAllocation::GuardedAllocation(size_t nbytes, size_t align, size_t guard, 
   size_ = nbytes;
   std::lock_guard<std::mutex> lk(registry_lock);
   registry()[reinterpret_cast<uintptr_t>(base_)] = {reinterpret_cast<uintptr_t>(base_) + total_,
-                                                    reinterpret_cast<uintptr_t>(data_), nbytes};
+                                                    reinterpret_cast<uintptr_t>(data_), nbytes, !at_end};
 }
 
 GuardedAllocation::~GuardedAllocation() {
@@ -121,7 +122,7 @@ GuardedAllocation::~GuardedAllocation() {
   munmap(base_, total_);
 }
 
-bool guarded_extent(uintptr_t addr, uintptr_t* data, size_t* size) {
+bool guarded_extent(uintptr_t addr, uintptr_t* data, size_t* size, bool* fresh) {
   std::lock_guard<std::mutex> lk(registry_lock);
   auto& r = registry();
   auto it = r.upper_bound(addr);
@@ -130,6 +131,7 @@ bool guarded_extent(uintptr_t addr, uintptr_t* data, size_t* size) {
   if (addr >= it->second.end) return false;
   *data = it->second.data;
   *size = it->second.size;
+  if (fresh) *fresh = it->second.fresh;
   return true;
 }
 

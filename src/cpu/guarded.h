@@ -41,8 +41,9 @@ class GuardedAllocation : public Allocation {
 };
 
 // The live guarded allocation whose reservation (guards included) holds addr:
-// its data and size. False if none does.
-bool guarded_extent(uintptr_t addr, uintptr_t* data, size_t* size);
+// its data and size, and whether metalkit.empty made it (fresh: not a staged copy).
+// False if none does.
+bool guarded_extent(uintptr_t addr, uintptr_t* data, size_t* size, bool* fresh = nullptr);
 
 // Checked mode's threadgroup memory: slot k (the k-th [[threadgroup(i)]]
 // parameter, `sizes[k]` bytes aligned to `aligns[k]`) ends right below
