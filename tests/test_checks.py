@@ -390,3 +390,14 @@ def test_metalkit_empty_memory_written_first_reads_silently():
     # as a warning, and not an uninitialised read.
     found = run_checked(EMPTY, "neighbour", x[:64], mk.empty(64), grid=64, threadgroup=64, check="all")
     assert len(found) == 1 and "relies on SIMD-group lockstep" in found[0], found
+
+
+def test_last_gpu_time_is_the_checked_calls():
+    lib = mk.compile(HEAD + REVERSE.replace("BARRIER", "threadgroup_barrier(mem_flags::mem_threadgroup);"),
+                     filename="reverse.metal")
+    x = np.random.default_rng(5).random(256, dtype=np.float32)
+    for check in ("races", True, False):
+        y = np.zeros_like(x)
+        lib.reverse(x, y, threadgroup=64, threadgroup_memory={0: 256}, check=check)
+        np.testing.assert_array_equal(y, x.reshape(4, 64)[:, ::-1].ravel())
+        assert lib.reverse.last_gpu_time > 0, check

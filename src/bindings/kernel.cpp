@@ -154,7 +154,7 @@ DebugDefaults& debug_defaults() {
 }
 
 PyKernel::PyKernel(std::shared_ptr<KernelImpl> impl)
-    : impl_(std::move(impl)), default_grid_(default_grid_rule(impl_->spec())) {
+    : impl_(std::move(impl)), last_run_(impl_.get()), default_grid_(default_grid_rule(impl_->spec())) {
   const auto& args = impl_->spec().args;
   for (const ArgSpec& a : args) dtypes_.push_back(a.kind == ArgKind::Builtin ? py::none() : dtype_for(a));
   std::vector<int> order;
@@ -638,6 +638,7 @@ py::object PyKernel::call(py::args args, py::kwargs kwargs) {
   // The access checks run the kernel's checked build, every access recorded; lockstep (and metalkit.trace)
   // needs the one where every thread is a fiber (elsewhere the runtime knows an access's SIMD-group, not its lane).
   c.run = build_for(o.checks);
+  last_run_.store(c.run.get(), std::memory_order_relaxed);
   check_warnings().clear();
   // check="uninit": what of each array used as it lies nothing has written yet, found before a
   // staged copy reads it.

@@ -3,6 +3,7 @@
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
+#include <atomic>
 #include <memory>
 #include <vector>
 
@@ -27,7 +28,8 @@ class PyKernel {
   explicit PyKernel(std::shared_ptr<KernelImpl> impl);  // impl keeps its module alive
   pybind11::object call(pybind11::args args, pybind11::kwargs kwargs);
   const KernelSpec& spec() const { return impl_->spec(); }
-  double last_gpu_time() const { return impl_->last_gpu_time(); }
+  // Of the build that ran the last call (a check= call runs another build of the kernel).
+  double last_gpu_time() const { return last_run_.load(std::memory_order_relaxed)->last_gpu_time(); }
   pybind11::list arg_specs() const;
   std::string signature() const;
   // Other builds of the kernel for check=: `factory(build)` returns one as a Kernel, built on
@@ -65,6 +67,7 @@ class PyKernel {
 
   std::shared_ptr<KernelImpl> impl_;
   std::shared_ptr<KernelImpl> builds_[3];  // checked_factory's: checked, checked-threads, guarded
+  std::atomic<KernelImpl*> last_run_;      // impl_ or one of builds_
   std::vector<pybind11::object> dtypes_;  // per parameter: numpy dtype of its elements (None: builtins, unknown structs)
   DefaultGridRule default_grid_;  // whether a call may leave the grid out
   std::vector<Slot> slots_;    // ordered by buffer index
