@@ -23,7 +23,14 @@ kernel void softmax(device const float* x [[buffer(0)]], device float* out [[buf
     threadgroup float2 scratch[32];
     device const float* v = x + row * C;
     float2 ms = float2(-INFINITY, 0.0f);
-    for (uint i = l; i < C; i += width) ms = combine(ms, float2(v[i], 1.0f));
+    for (uint i = l; i < C; i += width) {  // one exp per value: rescale only on a new max
+        const float xi = v[i];
+        if (xi > ms.x) {
+            ms = float2(xi, ms.y * exp(ms.x - xi) + 1.0f);
+        } else if (xi != -INFINITY) {
+            ms.y += exp(xi - ms.x);
+        }
+    }
     for (ushort offset = 16; offset > 0; offset /= 2)
         ms = combine(ms, simd_shuffle_xor(ms, offset));
     if (lane == 0) scratch[sg] = ms;

@@ -17,8 +17,9 @@ def _rows(kernel: str, name: str, x: Any) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _width(columns: int) -> int:
-    """Threads for a row of ``columns``: whole SIMD-groups, at most 256."""
-    return min(256, 32 * -(-columns // 32))
+    """Threads for a row of ``columns``: whole SIMD-groups of about 8 values a thread or more,
+    at most 256 (more threads would sit idle, and the simulator pays for each SIMD-group)."""
+    return min(256, 32 * -(-columns // 256))
 
 
 def rms_norm(x: Any, w: Any, eps: float = 1e-5, out: Any = None) -> np.ndarray:
