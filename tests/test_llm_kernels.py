@@ -1,6 +1,7 @@
 """The bundled transformer kernels (kernels/*.metal, through metalkit.llm) against numpy
 references, at edge sizes (1, odd, not a multiple of a tile or a threadgroup); their argument
 checks; and a small call of each under metalkit's checks, which must report nothing."""
+import re
 import warnings
 
 import gguf
@@ -328,3 +329,18 @@ def test_kernels_pass_metalkits_checks(monkeypatch, rng, mode):
         got = llm.sample_top_k_top_p(b, u, 1.0, 4, 0.9)
         for i in range(6):
             assert sample_ref(b[i], u[i], 1.0, 4, 0.9)[2][got[i]]
+
+
+# -- the listing -----------------------------------------------------------------------------
+
+def test_help_of_run_and_the_readme_list_every_bundled_kernel_with_its_signature():
+    from pathlib import Path
+    from metalkit.bundled import _find
+    doc = " ".join(mk.run.__doc__.split())
+    readme = " ".join((Path(__file__).resolve().parent.parent / "README.md").read_text().split())
+    for name in mk.kernels():
+        params = [re.sub(r"^(device|constant) ", "", a.decl).replace("& ", " ")
+                  for a in _find(name).args if not a.builtin and a.kind != "threadgroup"]
+        sig = f"{name}({', '.join(params)})"
+        assert f"``{sig}``" in doc, sig
+        assert f"`{sig}`" in readme, sig
