@@ -2,25 +2,35 @@
 15M-parameter llama (dim 288, 6 layers, 6 heads of 48, MLP 768, vocabulary 32000), and the
 examples/llm engine's tokens per second on such a model with random weights.
 
-    python bench/bench_llm.py              # every row, then the engine
-    python bench/bench_llm.py --no-engine  # the kernels only
+    python bench/bench_llm.py                  # every row, then the engine
+    python bench/bench_llm.py --no-engine      # the kernels only
+    python bench/bench_llm.py --blas-threads 1 # numpy's and torch's BLAS on one thread
 
 Each kernel's result is checked against numpy first; a wrong one prints FAILED and the script
-exits with status 1. Times are the best of 5 means of repeated calls (metalkit._bench.per_call).
-The same script runs on a Mac, where metalkit runs the kernels on the GPU."""
+exits with status 1. The sides of a row are timed in turns, 5 rounds, each a mean over repeated
+calls; the best round counts. On a small shared machine, multithreaded BLAS can be slower than
+one thread by orders of magnitude (its threads wait for cores other work holds), hence
+--blas-threads (which sets OPENBLAS/OMP/MKL_NUM_THREADS before numpy loads). The same script
+runs on a Mac, where metalkit runs the kernels on the GPU."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
+if __name__ == "__main__" and "--blas-threads" in sys.argv:
+    _n = sys.argv[sys.argv.index("--blas-threads") + 1]
+    for _v in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[_v] = _n
 
-import metalkit as mk
-from metalkit import llm
-from metalkit._bench import per_call, ratio
+import numpy as np  # noqa: E402
+
+import metalkit as mk  # noqa: E402
+from metalkit import llm  # noqa: E402
+from metalkit._bench import ratio  # noqa: E402
 
 try:
     import torch
@@ -148,6 +158,26 @@ def rows():
            lambda r: (r[0], sample_np(lg[0].astype(np.float64), 0.3, 40, 0.9)))
 
 
+def in_turns(*fns, rounds: int = 5, seconds: float = 0.05) -> list[float]:
+    """Seconds per call of each fn, timed in turns: the best of ``rounds`` means."""
+    counts = []
+    for fn in fns:
+        fn()
+        n, t0 = 0, time.perf_counter()
+        while time.perf_counter() - t0 < seconds:
+            fn()
+            n += 1
+        counts.append(n)
+    best = [float("inf")] * len(fns)
+    for _ in range(rounds):
+        for i, (fn, n) in enumerate(zip(fns, counts)):
+            t0 = time.perf_counter()
+            for _ in range(n):
+                fn()
+            best[i] = min(best[i], (time.perf_counter() - t0) / n)
+    return best
+
+
 def kernels() -> None:
     print(f"{'kernel':40}{'metalkit ms':>12}{'numpy ms':>10}{'torch ms':>10}  ratios")
     for name, mine, ref, tor, check in rows():
@@ -157,8 +187,7 @@ def kernels() -> None:
             failed.append(name)
             print(f"{name:40} FAILED: differs from numpy")
             continue
-        tm, tn = per_call(mine, 0.3), per_call(ref, 0.3)
-        tt = per_call(tor, 0.3) if tor else float("nan")
+        tm, tn, tt = in_turns(mine, ref, tor) if tor else (*in_turns(mine, ref), float("nan"))
         words = ratio(tm, tn) + (f"; {ratio(tm, tt, 'metalkit / torch')}" if tor else "")
         print(f"{name:40}{tm * 1e3:12.3f}{tn * 1e3:10.3f}{tt * 1e3:10.3f}  {words}", flush=True)
 
@@ -195,9 +224,12 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--no-engine", action="store_true")
     p.add_argument("--no-kernels", action="store_true")
+    p.add_argument("--blas-threads", help="threads for numpy's and torch's BLAS (read at start)")
     a = p.parse_args()
     d = mk.device()
-    print(f"device: {d.name} [{d.backend}]; torch: {torch.__version__ if torch else 'absent'}")
+    print(f"device: {d.name} [{d.backend}]; torch: {torch.__version__ if torch else 'absent'}; "
+          f"BLAS threads: {os.environ.get('OPENBLAS_NUM_THREADS', 'default')}; "
+          f"load average {os.getloadavg()[0]:.1f}")
     if not a.no_kernels:
         kernels()
     if not a.no_engine:

@@ -17,7 +17,16 @@ kernel void argmax(device const float* logits [[buffer(0)]], device int* out [[b
     device const float* x = logits + row * V;
     float best = -INFINITY;
     uint index = UINT_MAX;  // none yet: a row of -inf gives 0 below
-    for (uint i = l; i < V; i += width)
+    // 4 values a step, neighbouring threads on neighbouring runs of 4; then the last V % 4
+    for (uint i = 4 * l; i + 4 <= V; i += 4 * width) {
+        const float4 v = float4(*(device const packed_float4*)(x + i));
+        for (uint c = 0; c < 4; c++)
+            if (v[c] > best || (index == UINT_MAX && v[c] == best)) {
+                best = v[c];
+                index = i + c;
+            }
+    }
+    for (uint i = V / 4 * 4 + l; i < V; i += width)
         if (x[i] > best || (index == UINT_MAX && x[i] == best)) {
             best = x[i];
             index = i;

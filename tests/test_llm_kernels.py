@@ -286,11 +286,19 @@ def test_bad_arguments_name_the_kernel_and_parameter_and_touch_nothing(rng):
 
 # -- metalkit's checks -----------------------------------------------------------------------
 
-@pytest.mark.parametrize("mode", [True, "all"])
-def test_kernels_pass_metalkits_checks(monkeypatch, rng, mode):
-    """Every bundled transformer kernel, called as its wrapper calls it, under check=mode:
-    no fault and no warning, and still the right results."""
+@pytest.fixture
+def cpu():
+    """The CPU simulator for one test, whatever the backend was."""
+    backend = mk.device().backend
     mk.use("cpu")
+    yield
+    mk.use(backend)
+
+
+@pytest.mark.parametrize("mode", [True, "all"])
+def test_kernels_pass_metalkits_checks(monkeypatch, rng, cpu, mode):
+    """Every bundled transformer kernel, called as its wrapper calls it, under check=mode:
+    no fault and no warning, and still the right results (the checks are the simulator's)."""
     for module in (linear, layers, attention, sampling):
         monkeypatch.setattr(module, "run", lambda *a, **kw: mk.run(*a, check=mode, **kw))
 
