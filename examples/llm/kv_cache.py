@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 
+import metalkit as mk
+
 
 class OutOfBlocks(RuntimeError):
     """The pool has no free block left."""
@@ -16,8 +18,10 @@ class PagedKVCache:
     def __init__(self, n_layers: int, num_blocks: int, block_size: int, n_kv_heads: int,
                  head_dim: int):
         shape = (num_blocks, block_size, n_kv_heads, head_dim)
-        self.k = [np.zeros(shape, np.float32) for _ in range(n_layers)]
-        self.v = [np.zeros(shape, np.float32) for _ in range(n_layers)]
+        # on a Mac, device memory, which the GPU uses where it is (not copied at every call)
+        zeros = mk.zeros if mk.device().backend == "metal" else np.zeros
+        self.k = [zeros(shape, np.float32) for _ in range(n_layers)]
+        self.v = [zeros(shape, np.float32) for _ in range(n_layers)]
         self.block_size = block_size
         self.free = list(range(num_blocks))[::-1]      # a stack: pop() takes the lowest
         self.tables: dict[int, list[int]] = {}         # sequence id -> its blocks, in order

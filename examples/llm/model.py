@@ -31,6 +31,9 @@ def add_into(x: np.ndarray, y: np.ndarray) -> None:
 class Llama:
     def __init__(self, config: W.Config, weights: dict[str, W.Weight]):
         self.config = config
+        if mk.device().backend == "metal":  # copied into device memory once, which the GPU
+            # reads in place; the file's read-only maps would be copied at every call
+            weights = {n: W.Weight(mk.asarray(w.data), w.kind) for n, w in weights.items()}
         self.w = weights
         self.layers = [{role: weights[name] for role, name in W.layer_names(i).items()}
                        for i in range(config.n_layers)]
