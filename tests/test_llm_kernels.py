@@ -299,8 +299,13 @@ def cpu():
 def test_kernels_pass_metalkits_checks(monkeypatch, rng, cpu, mode):
     """Every bundled transformer kernel, called as its wrapper calls it, under check=mode:
     no fault and no warning, and still the right results (the checks are the simulator's)."""
+    called = set()
+
+    def checked_run(name, *args, **kw):
+        called.add(name)
+        return mk.run(name, *args, check=mode, **kw)
     for module in (linear, layers, attention, sampling):
-        monkeypatch.setattr(module, "run", lambda *a, **kw: mk.run(*a, check=mode, **kw))
+        monkeypatch.setattr(module, "run", checked_run)
 
     def f(*shape):
         return rng.standard_normal(shape).astype(np.float32)
@@ -337,6 +342,7 @@ def test_kernels_pass_metalkits_checks(monkeypatch, rng, cpu, mode):
         got = llm.sample_top_k_top_p(b, u, 1.0, 4, 0.9)
         for i in range(6):
             assert sample_ref(b[i], u[i], 1.0, 4, 0.9)[2][got[i]]
+    assert called == set(mk.kernels()) - {"add_arrays"}  # every transformer kernel, checked
 
 
 # -- the listing -----------------------------------------------------------------------------
