@@ -6,8 +6,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-import gguf
 import numpy as np
+
+try:
+    import gguf
+except ImportError as e:  # say how to get it, not just that it is missing
+    raise SystemExit('examples/llm reads models with the gguf package: pip install gguf '
+                     '(or metalkit\'s extra: pip install ".[llm]")') from e
 
 Q = gguf.GGMLQuantizationType
 QUANTISED = {Q.Q8_0: "q8_0", Q.Q4_0: "q4_0"}   # the kernels' block formats
