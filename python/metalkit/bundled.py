@@ -38,8 +38,9 @@ def _find(name: str):
     with _lock:
         for f in sorted(KERNELS_DIR.glob("*.metal")):
             lib = load(f)
-            for kname in lib.kernels:
-                _by_name.setdefault((backend, kname), lib[kname])
+            if name in lib.kernels:  # only this kernel: another's first use may cost more
+                _by_name[(backend, name)] = lib[name]  # (a struct parameter loads ml_dtypes)
+                break
     k = _by_name.get((backend, name))
     if k is None:
         raise KernelNotFound(f"no bundled kernel named {name!r}; bundled kernels: {', '.join(kernels())}. "
