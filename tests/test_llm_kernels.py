@@ -276,7 +276,8 @@ def test_bad_arguments_name_the_kernel_and_parameter_and_touch_nothing(rng):
     with pytest.raises(mk.ArgumentError, match=r"attention_prefill: 3 query heads cannot share 2"):
         llm.attention_prefill(np.ones((1, 3, 4), np.float32), *[np.ones((1, 2, 4), np.float32)] * 2)
     kc = np.zeros((2, 4, 1, 4), np.float32)
-    with pytest.raises(mk.ArgumentError, match=r"paged_attention: block_tables\[0\] lists block"):
+    with pytest.raises(mk.ArgumentError, match=r"paged_attention: block_tables\[0\] lists block 5 "
+                       r"for its context of 6 tokens, outside the cache's 2 blocks"):
         llm.paged_attention(np.ones((1, 1, 4), np.float32), kc, kc, [[0, 5]], [6])
     out = np.full(2, 7, np.int32)
     with pytest.raises(mk.ArgumentError, match=r"sample_top_k_top_p: top_p must be in \(0, 1\]"):

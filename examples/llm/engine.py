@@ -37,12 +37,17 @@ class Request:
 
 
 class Engine:
+    """Serves requests on ``model``: at most ``max_batch`` running together, their keys and
+    values in a cache of ``num_blocks`` blocks of ``block_size`` tokens (by default, room for
+    every running request's whole context)."""
+
     def __init__(self, model: Llama, max_batch: int = 8, num_blocks: int | None = None,
                  block_size: int = 16):
         blocks_per_seq = -(-model.config.context_length // block_size)
         self.model = model
         self.max_batch = max_batch
-        self.cache = model.new_cache(num_blocks or max_batch * blocks_per_seq, block_size)
+        self.total_blocks = num_blocks or max_batch * blocks_per_seq
+        self.cache = model.new_cache(self.total_blocks, block_size)
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
         self.finished: dict[int, Request] = {}
@@ -55,6 +60,9 @@ class Engine:
         if not request.prompt or total > self.model.config.context_length:
             raise ValueError(f"a request needs a prompt and at most "
                              f"{self.model.config.context_length} tokens in all, not {total}")
+        if self._blocks(request) > self.total_blocks:
+            raise ValueError(f"a request of {total} tokens needs {self._blocks(request)} cache "
+                             f"blocks; the cache has {self.total_blocks}")
         request.id, self._next_id = self._next_id, self._next_id + 1
         request.rng = np.random.default_rng(request.seed)
         self.waiting.append(request)
@@ -74,7 +82,7 @@ class Engine:
             events += self._emit(batch, logits)
         while self.waiting and len(self.running) < self.max_batch:  # admit and prefill
             r = self.waiting[0]
-            if self._reserved + self._blocks(r) > len(self.cache.free) + self._used():
+            if self._reserved + self._blocks(r) > self.total_blocks:
                 break  # wait until running requests leave
             self.waiting.popleft()
             self._reserved += self._blocks(r)
@@ -82,9 +90,6 @@ class Engine:
             logits = self.model.prefill(r.prompt, r.id, self.cache)
             events += self._emit([r], logits[None])
         return events
-
-    def _used(self) -> int:
-        return sum(len(t) for t in self.cache.tables.values())
 
     def _emit(self, batch: list[Request], logits: np.ndarray) -> list[tuple[int, int]]:
         """Samples a token for each request of batch from its row of logits; retires those

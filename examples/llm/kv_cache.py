@@ -15,6 +15,8 @@ class OutOfBlocks(RuntimeError):
 
 
 class PagedKVCache:
+    """The block pool of every layer, and each sequence's block table and length."""
+
     def __init__(self, n_layers: int, num_blocks: int, block_size: int, n_kv_heads: int,
                  head_dim: int):
         shape = (num_blocks, block_size, n_kv_heads, head_dim)

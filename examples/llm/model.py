@@ -29,6 +29,9 @@ def add_into(x: np.ndarray, y: np.ndarray) -> None:
 
 
 class Llama:
+    """The model: ``prefill`` runs a new sequence's prompt, ``decode`` one token for each of a
+    batch of sequences; both keep keys and values in a ``PagedKVCache`` from ``new_cache``."""
+
     def __init__(self, config: W.Config, weights: dict[str, W.Weight]):
         self.config = config
         if mk.device().backend == "metal":  # copied into device memory once, which the GPU

@@ -124,8 +124,9 @@ def paged_attention(q: Any, k_cache: Any, v_cache: Any, block_tables: Any, conte
     for i in range(b):  # the blocks a context uses must exist
         used = tables[i, :-(-int(lens[i]) // bs)]
         bad = used[(used < 0) | (used >= nblocks)]
-        need(bad.size == 0, kernel, f"block_tables[{i}] lists block {bad[:1]} for its context, "
-             f"outside the cache's {nblocks} blocks")
+        if bad.size:
+            need(False, kernel, f"block_tables[{i}] lists block {int(bad[0])} for its context "
+                 f"of {int(lens[i])} tokens, outside the cache's {nblocks} blocks")
     y = output(kernel, out, q.shape)
     if y.size:
         s = 1 / math.sqrt(d) if scale is None else float(scale)
