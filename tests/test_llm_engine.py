@@ -209,3 +209,13 @@ def test_generate_runs_from_scratch_on_the_default_model(tmp_path):
     assert p.returncode == 0, p.stderr
     assert "tokens [" in p.stdout and "5 tokens in" in p.stdout
     assert (tmp_path / "metalkit-llm-tiny-seed0.gguf").exists()
+
+
+def test_requests_the_engine_cannot_hold_are_refused(model_files):
+    model, _ = load(model_files["f32"])
+    e = Engine(model, max_batch=2, num_blocks=2, block_size=4)
+    with pytest.raises(ValueError, match="of 11 tokens needs 3 cache blocks; the cache has 2"):
+        e.submit(Request([1] * 5, 6))
+    with pytest.raises(ValueError, match="at most 64 tokens in all, not 70"):
+        e.submit(Request([1] * 60, 10))
+    assert not e.waiting
