@@ -38,10 +38,10 @@ def model_files(tmp_path_factory):
     return {q: tiny_model.write(d / f"m-{q}.gguf", CONFIG, seed, q) for q in ("f32", "q8_0", "q4_0")}
 
 
-def load(path):
+def load(path, **kw):
     config, w, tokens = weights.load(path)
     assert config == CONFIG and len(tokens) == CONFIG.vocab_size
-    return Llama(config, w), w
+    return Llama(config, w, **kw), w
 
 
 def dense(w):
@@ -91,7 +91,7 @@ def rel_err(got, want):
 
 
 def test_prefill_and_32_decode_steps_match_torch(model_files, rng):
-    model, w = load(model_files["f32"])
+    model, w = load(model_files["f32"], partition_size=8)  # split-K: up to 6 partitions
     ref_w = dense(w)
     prompt = rng.integers(0, CONFIG.vocab_size, 11).tolist()
     cache = model.new_cache(num_blocks=12, block_size=4)  # the context spans 11 blocks

@@ -30,10 +30,12 @@ def add_into(x: np.ndarray, y: np.ndarray) -> None:
 
 class Llama:
     """The model: ``prefill`` runs a new sequence's prompt, ``decode`` one token for each of a
-    batch of sequences; both keep keys and values in a ``PagedKVCache`` from ``new_cache``."""
+    batch of sequences; both keep keys and values in a ``PagedKVCache`` from ``new_cache``.
+    Decode attention splits a context into partitions of ``partition_size`` tokens."""
 
-    def __init__(self, config: W.Config, weights: dict[str, W.Weight]):
+    def __init__(self, config: W.Config, weights: dict[str, W.Weight], partition_size: int = 256):
         self.config = config
+        self.partition_size = partition_size
         if mk.device().backend == "metal":  # copied into device memory once, which the GPU
             # reads in place; the file's read-only maps would be copied at every call
             weights = {n: W.Weight(mk.asarray(w.data), w.kind) for n, w in weights.items()}
@@ -100,7 +102,8 @@ class Llama:
         for i, layer in enumerate(self.layers):
             q, k, v = self._qkv(x, layer, positions, prompt=False)
             llm.paged_kv_write(k, v, cache.k[i], cache.v[i], slots)
-            attn = llm.paged_attention(q, cache.k[i], cache.v[i], tables, lens).reshape(b, c.dim)
+            attn = llm.paged_attention(q, cache.k[i], cache.v[i], tables, lens,
+                                       partition_size=self.partition_size).reshape(b, c.dim)
             add_into(x, linear(attn, layer["wo"], prompt=False))
             self._mlp(x, layer, prompt=False)
         return self._logits(x, prompt=False)
