@@ -88,10 +88,10 @@ def run(name: str, *args: Any, grid: Dims | None = None, threadgroups: Dims | No
     - ``attention_prefill(const float* q, const float* k, const float* v, float* out, uint T,
       uint Hq, uint Hkv, uint D, float scale)``: causal attention over a prompt, online softmax
     - ``embedding(const float* table, const int* ids, float* out, uint D)``: row gather
-    - ``matmul_simdgroup(const float* A, const float* B, float* C, uint M, uint N, uint K)``: C
-      = A @ B^T with simdgroup_matrix
-    - ``matmul_tiled(const float* A, const float* B, float* C, uint M, uint N, uint K)``: C = A
-      @ B^T, 4x4 register tiles
+    - ``matmul_simdgroup(const float* A, const float* B, float* C, uint M, uint N, uint K)``:
+      C = A @ B^T with simdgroup_matrix
+    - ``matmul_tiled(const float* A, const float* B, float* C, uint M, uint N, uint K)``:
+      C = A @ B^T, 4x4 register tiles
     - ``matvec(const float* W, const float* x, float* y, uint N, uint K)``: y = x @ W^T for
       decode
     - ``matvec_q4_0(const block_q4_0* W, const float* x, float* y, uint N, uint K)``: on GGUF
