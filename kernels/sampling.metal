@@ -3,7 +3,9 @@
 #include "threadgroup_reduce.h"
 
 // Greedy decoding: out[b] = the index of the largest logit of row b; ties go to the lowest
-// index, as numpy's argmax; NaN never wins.
+// index, as numpy's argmax; NaN never wins (max ignores it). Two passes over the row, both
+// reading float4 runs, neighbouring threads on neighbouring runs: the max, then the first
+// index holding it (each thread stops at its first).
 kernel void argmax(device const float* logits [[buffer(0)]], device int* out [[buffer(1)]],
                    constant uint& V [[buffer(2)]],
                    uint row [[threadgroup_position_in_grid]],
@@ -12,40 +14,30 @@ kernel void argmax(device const float* logits [[buffer(0)]], device int* out [[b
                    uint sg [[simdgroup_index_in_threadgroup]],
                    uint lane [[thread_index_in_simdgroup]],
                    uint nsg [[simdgroups_per_threadgroup]]) {
-    threadgroup float best_value[32];
-    threadgroup uint best_index[32];
+    threadgroup float scratch[32];
+    threadgroup uint first[32];
     device const float* x = logits + row * V;
-    float best = -INFINITY;
-    uint index = UINT_MAX;  // none yet: a row of -inf gives 0 below
-    // 4 values a step, neighbouring threads on neighbouring runs of 4; then the last V % 4
-    for (uint i = 4 * l; i + 4 <= V; i += 4 * width) {
-        const float4 v = float4(*(device const packed_float4*)(x + i));
-        for (uint c = 0; c < 4; c++)
-            if (v[c] > best || (index == UINT_MAX && v[c] == best)) {
-                best = v[c];
-                index = i + c;
-            }
+    const uint tail = V / 4 * 4;  // then the last V % 4, one a thread
+    float4 m4 = -INFINITY;
+    for (uint i = 4 * l; i < tail; i += 4 * width)
+        m4 = max(m4, float4(*(device const packed_float4*)(x + i)));
+    float m = max(max(m4.x, m4.y), max(m4.z, m4.w));
+    for (uint i = tail + l; i < V; i += width) m = max(m, x[i]);
+    m = group_max(m, scratch, GroupIds{sg, lane, nsg});
+
+    uint index = UINT_MAX;
+    for (uint i = 4 * l; i < tail && index == UINT_MAX; i += 4 * width) {
+        const bool4 hit = float4(*(device const packed_float4*)(x + i)) == m;
+        if (any(hit)) index = i + (hit.x ? 0 : hit.y ? 1 : hit.z ? 2 : 3);
     }
-    for (uint i = V / 4 * 4 + l; i < V; i += width)
-        if (x[i] > best || (index == UINT_MAX && x[i] == best)) {
-            best = x[i];
-            index = i;
-        }
-    const float simd_best = simd_max(best);
-    const uint simd_index = simd_min(best == simd_best ? index : UINT_MAX);
-    if (lane == 0) {
-        best_value[sg] = simd_best;
-        best_index[sg] = simd_index;
-    }
+    for (uint i = tail + l; i < V && index == UINT_MAX; i += width)
+        if (x[i] == m) index = i;
+    index = simd_min(index);
+    if (lane == 0) first[sg] = index;
     threadgroup_barrier(mem_flags::mem_threadgroup);
     if (l == 0) {
-        for (uint i = 1; i < nsg; i++)
-            if (best_value[i] > best_value[0] ||
-                (best_value[i] == best_value[0] && best_index[i] < best_index[0])) {
-                best_value[0] = best_value[i];
-                best_index[0] = best_index[i];
-            }
-        out[row] = best_index[0] == UINT_MAX ? 0 : int(best_index[0]);
+        for (uint i = 1; i < nsg; i++) index = min(index, first[i]);
+        out[row] = index == UINT_MAX ? 0 : int(index);  // a row of NaN: 0
     }
 }
 

@@ -17,9 +17,10 @@ def _rows(kernel: str, name: str, x: Any) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _width(columns: int) -> int:
-    """Threads for a row of ``columns``: whole SIMD-groups of about 8 values a thread or more,
-    at most 256 (more threads would sit idle, and the simulator pays for each SIMD-group)."""
-    return min(256, 32 * -(-columns // 256))
+    """Threads for a row of ``columns``: a SIMD-group per 1024 values, at most 8. Each thread
+    takes 32 values or more: the simulator runs a threadgroup's SIMD-groups in turn, each paying
+    for every statement, so idle ones cost time (the kernels take any multiple of 32)."""
+    return min(256, 32 * -(-columns // 1024))
 
 
 def rms_norm(x: Any, w: Any, eps: float = 1e-5, out: Any = None) -> np.ndarray:

@@ -9,7 +9,10 @@ import numpy as np
 from ..bundled import run
 from ._checks import floats, need, output
 
-_WIDTH = 256  # threads per row
+# Threads per row: 2 SIMD-groups. The simulator runs a threadgroup's SIMD-groups in turn, and
+# these kernels make many passes over the row, so more threads cost it more (256: twice the
+# time); a GPU may take more (the kernels take any multiple of 32).
+_WIDTH = 64
 
 
 def argmax(logits: Any, out: Any = None) -> np.ndarray:
