@@ -91,6 +91,9 @@ def rows():
            torch and (lambda: t(xh) @ t(wd).T), lambda r: (r, xh @ wd.T))
     yield ("matvec 288 -> 32000 (output head)", lambda: llm.matvec(head, x1), lambda: x1 @ head.T,
            torch and (lambda: t(x1) @ t(head).T), lambda r: (r, x1 @ head.T))
+    x4 = f32(4, DIM)
+    yield ("matvec 288 -> 32000, batch of 4", lambda: llm.matvec(head, x4), lambda: x4 @ head.T,
+           torch and (lambda: t(x4) @ t(head).T), lambda r: (r, x4 @ head.T))
     yield ("matvec_q8_0 288 -> 32000", lambda: llm.matvec_q8_0(q8, x1),
            lambda: ((ints8 * scales8).reshape(VOCAB, DIM) @ x1[0]), None, lambda r: (r[0], d8 @ x1[0]))
     yield ("matvec_q4_0 288 -> 32000", lambda: llm.matvec_q4_0(q4, x1),

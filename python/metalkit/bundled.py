@@ -92,12 +92,12 @@ def run(name: str, *args: Any, grid: Dims | None = None, threadgroups: Dims | No
       C = A @ B^T with simdgroup_matrix
     - ``matmul_tiled(const float* A, const float* B, float* C, uint M, uint N, uint K)``:
       C = A @ B^T, 4x4 register tiles
-    - ``matvec(const float* W, const float* x, float* y, uint N, uint K)``: y = x @ W^T for
-      decode
-    - ``matvec_q4_0(const block_q4_0* W, const float* x, float* y, uint N, uint K)``: on GGUF
-      Q4_0 blocks
-    - ``matvec_q8_0(const block_q8_0* W, const float* x, float* y, uint N, uint K)``: on GGUF
-      Q8_0 blocks
+    - ``matvec(const float* W, const float* x, float* y, uint N, uint K, uint B)``:
+      y = x @ W^T for decode
+    - ``matvec_q4_0(const block_q4_0* W, const float* x, float* y, uint N, uint K, uint B)``:
+      on GGUF Q4_0 blocks
+    - ``matvec_q8_0(const block_q8_0* W, const float* x, float* y, uint N, uint K, uint B)``:
+      on GGUF Q8_0 blocks
     - ``paged_attention(const float* q, const float* k_cache, const float* v_cache, const int*
       block_tables, const int* context_lens, float* part_acc, float* part_max, float* part_sum,
       uint Hq, uint Hkv, uint D, uint block_size, uint max_blocks, uint partition_size, float

@@ -66,7 +66,7 @@ def _vectors(kernel: str, x: Any, k: int, rows: int, out: Any) -> tuple[np.ndarr
 
 def matvec(w: Any, x: Any, out: Any = None) -> np.ndarray:
     """``x @ w.T`` for float32 weights ``w`` [N, K] and ``x`` one vector [K] or a batch [B, K],
-    one thread per output. Returns ``out``, [N] or [B, N].
+    one thread per row of ``w`` and 4 vectors. Returns ``out``, [N] or [B, N].
 
     >>> import numpy as np
     >>> from metalkit.llm import matvec
@@ -77,7 +77,8 @@ def matvec(w: Any, x: Any, out: Any = None) -> np.ndarray:
     w = floats("matvec", "w", w, ("N", "K"))
     x2, y = _vectors("matvec", x, w.shape[1], w.shape[0], out)
     if y.size:
-        run("matvec", w, x2, y, w.shape[0], w.shape[1], grid=(w.shape[0], x2.shape[0]))
+        b = x2.shape[0]
+        run("matvec", w, x2, y, w.shape[0], w.shape[1], b, grid=(w.shape[0], -(-b // 4)))
     return y
 
 
@@ -91,7 +92,8 @@ def _quantized(kernel: str, block: np.dtype, w: Any, x: Any, out: Any) -> np.nda
     x2, y = _vectors(kernel, x, k, w.shape[0], out)
     if y.size:
         blocks = np.ascontiguousarray(w).view(block)  # the bytes as the kernel's structs
-        run(kernel, blocks, x2, y, w.shape[0], k, grid=(w.shape[0], x2.shape[0]))
+        b = x2.shape[0]
+        run(kernel, blocks, x2, y, w.shape[0], k, b, grid=(w.shape[0], -(-b // 4)))
     return y
 
 
