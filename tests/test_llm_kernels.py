@@ -38,7 +38,8 @@ def test_matmul_simdgroup(device, rng, m, n, k):
     close(out, a.astype(np.float64) @ b.T)
 
 
-@pytest.mark.parametrize("n,k,batch", [(1, 1, 1), (7, 13, 1), (101, 37, 3), (288, 288, 2)])
+@pytest.mark.parametrize("n,k,batch", [(1, 1, 1), (7, 13, 1), (101, 37, 3), (288, 288, 2),
+                                       (33, 20, 9)])  # batches of 4 vectors a thread, and 1
 def test_matvec(device, rng, n, k, batch):
     w = rng.standard_normal((n, k)).astype(np.float32)
     x = rng.standard_normal((batch, k)).astype(np.float32)
@@ -47,7 +48,7 @@ def test_matvec(device, rng, n, k, batch):
 
 
 @pytest.mark.parametrize("kind", ["q8_0", "q4_0"])
-@pytest.mark.parametrize("n,k,batch", [(1, 32, 1), (7, 96, 3), (65, 288, 2)])
+@pytest.mark.parametrize("n,k,batch", [(1, 32, 1), (7, 96, 3), (65, 288, 2), (5, 64, 6)])
 def test_quantized_matvec(device, rng, kind, n, k, batch):
     quantize, dequantize = getattr(llm, f"quantize_{kind}"), getattr(llm, f"dequantize_{kind}")
     w = rng.standard_normal((n, k)).astype(np.float32)

@@ -14,8 +14,8 @@ from kv_cache import PagedKVCache
 
 def linear(x: np.ndarray, w: W.Weight, prompt: bool) -> np.ndarray:
     """x [T, K] @ w.T: the tiled matmul for a prompt's tokens on float weights; the mat-vec
-    kernels for decode (a row per sequence, each computed alone, so a sequence's numbers do not
-    depend on its batch) and for quantised weights."""
+    kernels for decode (a row per sequence, each output summed in one order whatever the batch,
+    so a sequence's numbers do not depend on its batch) and for quantised weights."""
     if w.kind == "q8_0":
         return llm.matvec_q8_0(w.data, x)
     if w.kind == "q4_0":
