@@ -1,7 +1,7 @@
 """Generate text with the metalkit inference engine.
 
     python examples/llm/generate.py                      # a tiny random model, made on first use
-    python examples/llm/generate.py --model stories15M.gguf --prompt "Once upon a time" -n 64
+    python examples/llm/generate.py --model llama.gguf --prompt "Once upon a time" -n 64
     python examples/llm/generate.py --requests 4 --top-p 0.9 --temperature 0.8
 
 Several --requests are served together with continuous batching, each with its own prompt
