@@ -19,12 +19,14 @@ kernel void paged_kv_write(device const float* k [[buffer(0)]], device const flo
 }
 
 // Split-K ("flash-decoding"): the context of each sequence is cut into partitions of
-// partition_size tokens, and one thread per (partition, query head, sequence) runs the online
+// partition_size tokens, and one thread per (query head, partition, sequence) runs the online
 // softmax of attention_prefill.metal over its partition alone, so a long context is spread over
-// many threads. Each writes its unnormalised partial result: part_acc [B, Hq, P, D], its max
-// part_max and its sum part_sum [B, Hq, P]; an empty partition writes (-inf, 0, zeros).
+// many threads. Neighbouring threads take neighbouring heads of the same tokens, whose keys and
+// values lie side by side in the cache (heads sharing a key/value head read the same ones).
+// Each writes its unnormalised partial result: part_acc [B, Hq, P, D], its max part_max and
+// its sum part_sum [B, Hq, P]; an empty partition writes (-inf, 0, zeros).
 // q [B, Hq, D]; block_tables [B, max_blocks]; context_lens [B] (each at least 1).
-// Launch: grid = (P, Hq, B).
+// Launch: grid = (Hq, P, B).
 kernel void paged_attention(device const float* q [[buffer(0)]],
                             device const float* k_cache [[buffer(1)]],
                             device const float* v_cache [[buffer(2)]],
@@ -40,7 +42,7 @@ kernel void paged_attention(device const float* q [[buffer(0)]],
                             constant float& scale [[buffer(14)]],
                             uint3 p [[thread_position_in_grid]],
                             uint3 grid [[threads_per_grid]]) {
-    const uint part = p.x, h = p.y, b = p.z, parts = grid.x, d4 = D / 4;
+    const uint h = p.x, part = p.y, b = p.z, parts = grid.y, d4 = D / 4;
     const uint kv_head = h / (Hq / Hkv);
     const uint out = (b * Hq + h) * parts + part;
     device float4* acc_out = (device float4*)(part_acc + out * D);

@@ -135,6 +135,6 @@ def paged_attention(q: Any, k_cache: Any, v_cache: Any, block_tables: Any, conte
         mx = output(kernel, None, (b, hq, parts))
         sm = output(kernel, None, (b, hq, parts))
         run(kernel, q, kc, vc, tables, lens, acc, mx, sm, hq, hkv, d, bs, tables.shape[1],
-            partition_size, s, grid=(parts, hq, b))
+            partition_size, s, grid=(hq, parts, b))
         run("paged_attention_reduce", acc, mx, sm, y, parts, d, grid=(d, b * hq))
     return y
