@@ -116,7 +116,7 @@ def test_quantised_weights_stay_within_the_quantisation_error(model_files, rng, 
     got = model.prefill(prompt, 0, model.new_cache(4), all_logits=True)
     assert rel_err(got, on_quantised) < 1e-4          # the kernels add no error of their own
     quant_error = rel_err(on_quantised, exact)
-    assert 0 < quant_error < (0.05 if kind == "q8_0" else 0.3)
+    assert 0 < quant_error < (0.05 if kind == "q8_0" else 0.5)  # seen: 0.011, 0.15 to 0.22
     assert rel_err(got, exact) <= quant_error * 1.01 + 1e-5
 
 
