@@ -77,14 +77,15 @@ def rows():
     blocks8 = q8.reshape(VOCAB, -1, 34)
     scales8 = np.ascontiguousarray(blocks8[..., :2]).view(np.float16).astype(np.float32)
     ints8 = blocks8[..., 2:].view(np.int8)
-    out = {}
-    t = (lambda x: torch.from_numpy(x)) if torch else None
-    yield ("matmul_tiled 128x288 @ 288x288", lambda: llm.matmul_tiled(a, w, out.setdefault(1, np.empty((PROMPT, DIM), np.float32))),
-           lambda: np.matmul(a, w.T), torch and (lambda: torch.matmul(t(a), t(w).T)), lambda r: (r, a @ w.T))
-    yield ("matmul_tiled 128x288 @ 288x768", lambda: llm.matmul_tiled(a, wh),
-           lambda: np.matmul(a, wh.T), torch and (lambda: torch.matmul(t(a), t(wh).T)), lambda r: (r, a @ wh.T))
-    yield ("matmul_simdgroup 128x288 @ 288x288", lambda: llm.matmul_simdgroup(a, w),
-           lambda: np.matmul(a, w.T), torch and (lambda: torch.matmul(t(a), t(w).T)), lambda r: (r, a @ w.T))
+    t = torch.from_numpy if torch else None
+
+    def product(name, mine, x, y):
+        """A row of x @ y.T."""
+        return (name, lambda: mine(x, y), lambda: np.matmul(x, y.T),
+                torch and (lambda: torch.matmul(t(x), t(y).T)), lambda r: (r, x @ y.T))
+    yield product("matmul_tiled 128x288 @ 288x288", llm.matmul_tiled, a, w)
+    yield product("matmul_tiled 128x288 @ 288x768", llm.matmul_tiled, a, wh)
+    yield product("matmul_simdgroup 128x288 @ 288x288", llm.matmul_simdgroup, a, w)
     yield ("matvec 288 -> 288", lambda: llm.matvec(w, x1), lambda: x1 @ w.T,
            torch and (lambda: t(x1) @ t(w).T), lambda r: (r, x1 @ w.T))
     yield ("matvec 768 -> 288", lambda: llm.matvec(wd, xh), lambda: xh @ wd.T,
@@ -95,7 +96,8 @@ def rows():
     yield ("matvec 288 -> 32000, batch of 4", lambda: llm.matvec(head, x4), lambda: x4 @ head.T,
            torch and (lambda: t(x4) @ t(head).T), lambda r: (r, x4 @ head.T))
     yield ("matvec_q8_0 288 -> 32000", lambda: llm.matvec_q8_0(q8, x1),
-           lambda: ((ints8 * scales8).reshape(VOCAB, DIM) @ x1[0]), None, lambda r: (r[0], d8 @ x1[0]))
+           lambda: ((ints8 * scales8).reshape(VOCAB, DIM) @ x1[0]), None,
+           lambda r: (r[0], d8 @ x1[0]))
     yield ("matvec_q4_0 288 -> 32000", lambda: llm.matvec_q4_0(q4, x1),
            lambda: llm.dequantize_q4_0(q4) @ x1[0], None, lambda r: (r[0], d4 @ x1[0]))
     xs = f32(PROMPT, DIM)
@@ -155,7 +157,8 @@ def rows():
         return torch.nn.functional.scaled_dot_product_attention(t(qd)[0][:, None], kk, vv)
     for part in (256, 64):
         yield (f"paged_attention ctx 256, split {part}",
-               lambda part=part: llm.paged_attention(qd, kc, vc, table_, [ctx], partition_size=part),
+               lambda part=part: llm.paged_attention(qd, kc, vc, table_, [ctx],
+                                                     partition_size=part),
                paged_np, torch and paged_torch, lambda r: (r[0], paged_np()))
     yield ("argmax 1x32000", lambda: llm.argmax(lg), lambda: lg.argmax(axis=1),
            torch and (lambda: t(lg).argmax(1)), lambda r: (r, lg.argmax(axis=1)))

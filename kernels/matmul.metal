@@ -36,7 +36,8 @@ kernel void matmul_tiled(device const float* A [[buffer(0)]], device const float
     }
     float s[4][4];
     for (uint i = 0; i < 4; i++)
-        for (uint j = 0; j < 4; j++) s[i][j] = acc[i][j].x + acc[i][j].y + acc[i][j].z + acc[i][j].w;
+        for (uint j = 0; j < 4; j++)
+            s[i][j] = acc[i][j].x + acc[i][j].y + acc[i][j].z + acc[i][j].w;
     for (; k < K; k++)  // the last K % 4 columns
         for (uint i = 0; i < 4; i++)
             for (uint j = 0; j < 4; j++) s[i][j] += a[i][k] * b[j][k];

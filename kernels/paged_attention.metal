@@ -9,9 +9,11 @@ using namespace metal;
 
 // Writes new tokens' keys and values into their slots: k, v [T, Hkv * D] go to cache rows
 // slots[t] (= block * block_size + offset). Launch: grid = (Hkv * D, T).
-kernel void paged_kv_write(device const float* k [[buffer(0)]], device const float* v [[buffer(1)]],
+kernel void paged_kv_write(device const float* k [[buffer(0)]],
+                           device const float* v [[buffer(1)]],
                            device float* k_cache [[buffer(2)]], device float* v_cache [[buffer(3)]],
-                           device const int* slots [[buffer(4)]], constant uint& width [[buffer(5)]],
+                           device const int* slots [[buffer(4)]],
+                           constant uint& width [[buffer(5)]],
                            uint2 p [[thread_position_in_grid]]) {
     const uint dst = uint(slots[p.y]) * width + p.x, src = p.y * width + p.x;
     k_cache[dst] = k[src];
@@ -36,7 +38,8 @@ kernel void paged_attention(device const float* q [[buffer(0)]],
                             device float* part_max [[buffer(6)]],
                             device float* part_sum [[buffer(7)]],
                             constant uint& Hq [[buffer(8)]], constant uint& Hkv [[buffer(9)]],
-                            constant uint& D [[buffer(10)]], constant uint& block_size [[buffer(11)]],
+                            constant uint& D [[buffer(10)]],
+                            constant uint& block_size [[buffer(11)]],
                             constant uint& max_blocks [[buffer(12)]],
                             constant uint& partition_size [[buffer(13)]],
                             constant float& scale [[buffer(14)]],
@@ -57,7 +60,8 @@ kernel void paged_attention(device const float* q [[buffer(0)]],
     float m = -INFINITY, l = 0.0f;
     device const int* table = block_tables + b * max_blocks;
     for (uint j = start; j < end; j++) {
-        const uint row = (uint(table[j / block_size]) * block_size + j % block_size) * Hkv + kv_head;
+        const uint slot = uint(table[j / block_size]) * block_size + j % block_size;
+        const uint row = slot * Hkv + kv_head;
         device const float4* krow = (device const float4*)(k_cache + row * D);
         device const float4* vrow = (device const float4*)(v_cache + row * D);
         float4 dots = 0.0f;

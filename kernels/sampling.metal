@@ -104,7 +104,8 @@ kernel void sample_top_k_top_p(device const float* logits [[buffer(0)]],
     threadgroup_barrier(mem_flags::mem_device);  // the draw below reads other threads' p
 
     uint t = 0;  // the threshold's bits; 0 keeps every token
-    if (top_k > 0 && top_k < V) t = largest_threshold(p, V, t, float(top_k), false, scratch, ids, l, width);
+    if (top_k > 0 && top_k < V)
+        t = largest_threshold(p, V, t, float(top_k), false, scratch, ids, l, width);
     if (top_p < 1.0f) {
         const float kept = at_or_above(p, V, as_type<float>(t), true, scratch, ids, l, width);
         t = largest_threshold(p, V, t, top_p * kept, true, scratch, ids, l, width);

@@ -30,12 +30,12 @@ CONFIG = weights.Config(vocab_size=97, dim=64, n_layers=2, n_heads=4, n_kv_heads
                         norm_eps=float(np.float32(1e-5)))  # as GGUF stores it, a float32
 
 
-@pytest.fixture(scope="module")
-def model_files(tmp_path_factory):
-    """The same random model in F32, Q8_0 and Q4_0 GGUF files."""
-    d = tmp_path_factory.mktemp("llm")
-    seed = int(np.random.default_rng().integers(2**31))
-    return {q: tiny_model.write(d / f"m-{q}.gguf", CONFIG, seed, q) for q in ("f32", "q8_0", "q4_0")}
+@pytest.fixture
+def model_files(tmp_path, rng):
+    """The same random model in F32, Q8_0 and Q4_0 GGUF files (from the test's seed)."""
+    seed = int(rng.integers(2**31))
+    return {q: tiny_model.write(tmp_path / f"m-{q}.gguf", CONFIG, seed, q)
+            for q in ("f32", "q8_0", "q4_0")}
 
 
 def load(path, **kw):

@@ -69,7 +69,8 @@ def test_rms_norm(device, rng, rows, d):
     x = rng.standard_normal((rows, d)).astype(np.float32)
     w = rng.standard_normal(d).astype(np.float32)
     x64 = x.astype(np.float64)
-    close(llm.rms_norm(x, w, eps=1e-5), x64 / np.sqrt((x64**2).mean(axis=1, keepdims=True) + 1e-5) * w)
+    want = x64 / np.sqrt((x64**2).mean(axis=1, keepdims=True) + 1e-5) * w
+    close(llm.rms_norm(x, w, eps=1e-5), want)
 
 
 def rope_ref(x, pos, theta):
@@ -136,7 +137,8 @@ def attention_ref(q, k, v, causal_from=None):
     return out
 
 
-@pytest.mark.parametrize("t,hq,hkv,d", [(1, 1, 1, 4), (7, 6, 2, 12), (33, 4, 4, 32), (40, 3, 1, 128)])
+@pytest.mark.parametrize("t,hq,hkv,d", [(1, 1, 1, 4), (7, 6, 2, 12), (33, 4, 4, 32),
+                                        (40, 3, 1, 128)])
 def test_attention_prefill(device, rng, t, hq, hkv, d):
     q = rng.standard_normal((t, hq, d)).astype(np.float32)
     k = rng.standard_normal((t, hkv, d)).astype(np.float32)

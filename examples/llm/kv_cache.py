@@ -46,7 +46,8 @@ class PagedKVCache:
             table.append(self.free.pop())
         self.lengths[seq] = start + n
         pos = np.arange(start, start + n)
-        return np.array(table, np.int64)[pos // self.block_size] * self.block_size + pos % self.block_size
+        blocks = np.array(table, np.int64)[pos // self.block_size]
+        return blocks * self.block_size + pos % self.block_size
 
     def block_tables(self, seqs: list[int]) -> np.ndarray:
         """The block tables of seqs as one int32 array [len(seqs), most blocks], -1 padded."""
