@@ -118,5 +118,5 @@ def embedding(table: Any, ids: Any, out: Any = None) -> np.ndarray:
     ids = ints("embedding", "ids", ids, 1, 0, v, f"token ids index the table's {v} rows")
     y = output("embedding", out, (ids.shape[0], d))
     if y.size:
-        run("embedding", table, ids, y, d, grid=(d, ids.shape[0]))
+        run("embedding", table, ids, y, d, grid=(-(-d // 4), ids.shape[0]))
     return y
