@@ -285,6 +285,17 @@ def test_bad_arguments_name_the_kernel_and_parameter_and_touch_nothing(rng):
     with pytest.raises(mk.ArgumentError, match=r"paged_attention: block_tables\[0\] lists block 5 "
                        r"for its context of 6 tokens, outside the cache's 2 blocks"):
         llm.paged_attention(np.ones((1, 1, 4), np.float32), kc, kc, [[0, 5]], [6])
+    with pytest.raises(mk.ArgumentError, match=r"rope: the head dimension D = 5 must be even"):
+        llm.rope(np.ones((1, 1, 5), np.float32), [0])
+    with pytest.raises(mk.ArgumentError, match=r"embedding: ids must hold integers, not float64"):
+        llm.embedding(np.ones((4, 2), np.float32), [1.0])
+    with pytest.raises(mk.ArgumentError, match=r"softmax: x must be 2-D, \[rows, C\], not of shape"):
+        llm.softmax(np.ones((2, 2, 2), np.float32))
+    y = np.full((3, 4), 7, np.float32)
+    with pytest.raises(mk.ArgumentError, match=r"matvec: out must be a float32 array of shape "
+                       r"\(5,\), not float32 \(3, 4\)"):
+        llm.matvec(np.ones((5, 3), np.float32), np.ones(3, np.float32), out=y)
+    assert (y == 7).all()
     out = np.full(2, 7, np.int32)
     with pytest.raises(mk.ArgumentError, match=r"sample_top_k_top_p: top_p must be in \(0, 1\]"):
         llm.sample_top_k_top_p(np.ones((2, 3), np.float32), [0.1, 0.2], top_p=0, out=out)
