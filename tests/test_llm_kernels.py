@@ -289,7 +289,7 @@ def test_bad_arguments_name_the_kernel_and_parameter_and_touch_nothing(rng):
         llm.rope(np.ones((1, 1, 5), np.float32), [0])
     with pytest.raises(mk.ArgumentError, match=r"embedding: ids must hold integers, not float64"):
         llm.embedding(np.ones((4, 2), np.float32), [1.0])
-    with pytest.raises(mk.ArgumentError, match=r"softmax: x must be 2-D, \[rows, C\], not of shape"):
+    with pytest.raises(mk.ArgumentError, match=r"softmax: x must be one row \[C\] or rows"):
         llm.softmax(np.ones((2, 2, 2), np.float32))
     y = np.full((3, 4), 7, np.float32)
     with pytest.raises(mk.ArgumentError, match=r"matvec: out must be a float32 array of shape "

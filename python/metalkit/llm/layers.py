@@ -13,6 +13,8 @@ from ._checks import floats, ints, need, output
 def _rows(kernel: str, name: str, x: Any) -> tuple[np.ndarray, np.ndarray]:
     """x as [R, C] (a 1-D x is one row) and x itself."""
     x = np.asarray(x)
+    need(x.ndim in (1, 2), kernel, f"{name} must be one row [C] or rows [R, C], not of shape "
+         f"{x.shape}; reshape it to rows")
     return floats(kernel, name, x.reshape(1, -1) if x.ndim == 1 else x, ("rows", "C")), x
 
 
