@@ -62,7 +62,7 @@ def load(path: str | Path) -> tuple[Config, dict[str, Weight], list[str]]:
             if default is None:
                 raise ValueError(f"{path}: no {key!r} in the file; is it a llama model?")
             return default
-        return field.contents()
+        return _value(field)
 
     arch = meta("general.architecture")
     if arch != "llama":
@@ -86,6 +86,17 @@ def load(path: str | Path) -> tuple[Config, dict[str, Weight], list[str]]:
         rope_theta=float(meta("llama.rope.freq_base", 10000.0)),
         norm_eps=float(meta("llama.attention.layer_norm_rms_epsilon", 1e-5)))
     return config, weights, tokens
+
+
+def _value(field) -> object:
+    """A metadata field of a GGUFReader: a number, a string, or a list of them."""
+    def one(part: int) -> object:
+        if field.types[-1] == gguf.GGUFValueType.STRING:
+            return bytes(field.parts[part]).decode()
+        return field.parts[part].tolist()[0]
+    if field.types[0] == gguf.GGUFValueType.ARRAY:
+        return [one(i) for i in field.data]
+    return one(field.data[0])
 
 
 def save(path: str | Path, config: Config, weights: dict[str, np.ndarray], tokens: list[str],
