@@ -219,3 +219,16 @@ def test_requests_the_engine_cannot_hold_are_refused(model_files):
     with pytest.raises(ValueError, match="at most 64 tokens in all, not 70"):
         e.submit(Request([1] * 60, 10))
     assert not e.waiting
+
+
+def test_a_model_without_an_output_matrix_ties_it_to_the_embeddings(tmp_path, rng):
+    w = tiny_model.random_weights(CONFIG, int(rng.integers(2**31)))
+    del w["output.weight"]
+    path = tmp_path / "tied.gguf"
+    weights.save(path, CONFIG, w, [f"<{i}>" for i in range(CONFIG.vocab_size)])
+    model, loaded = load(path)
+    assert "output.weight" not in loaded
+    prompt = rng.integers(0, CONFIG.vocab_size, 6).tolist()
+    got = model.prefill(prompt, 0, model.new_cache(4), all_logits=True)
+    assert rel_err(got, torch_logits(dict(w, **{"output.weight": w["token_embd.weight"]}),
+                                     prompt)) < 1e-4

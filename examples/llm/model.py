@@ -36,16 +36,18 @@ class Llama:
     def __init__(self, config: W.Config, weights: dict[str, W.Weight], partition_size: int = 256):
         self.config = config
         self.partition_size = partition_size
+        emb = weights["token_embd.weight"]  # the gather kernel reads float32 rows
+        embed = emb.data if emb.kind == "f32" else (
+            llm.dequantize_q8_0 if emb.kind == "q8_0" else llm.dequantize_q4_0)(emb.data)
+        weights = dict(weights, **{"token_embd.weight": W.Weight(embed)})
         if mk.device().backend == "metal":  # copied into device memory once, which the GPU
             # reads in place; the file's read-only maps would be copied at every call
             weights = {n: W.Weight(mk.asarray(w.data), w.kind) for n, w in weights.items()}
         self.w = weights
         self.layers = [{role: weights[name] for role, name in W.layer_names(i).items()}
                        for i in range(config.n_layers)]
-        emb = weights["token_embd.weight"]
-        self.embed = emb.data if emb.kind == "f32" else (
-            llm.dequantize_q8_0 if emb.kind == "q8_0" else llm.dequantize_q4_0)(emb.data)
-        self.output = weights.get("output.weight", W.Weight(self.embed))  # tied if absent
+        self.embed = weights["token_embd.weight"].data
+        self.output = weights.get("output.weight", weights["token_embd.weight"])  # tied if absent
 
     def new_cache(self, num_blocks: int, block_size: int = 16) -> PagedKVCache:
         c = self.config
