@@ -2,6 +2,8 @@
 // Launch: threadgroups = B, threadgroup = a multiple of 32, at most 1024 threads.
 #include "threadgroup_reduce.h"
 
+constant uint NONE = 0xFFFFFFFFu;  // no index found
+
 // Greedy decoding: out[b] = the index of the largest logit of row b; ties go to the lowest
 // index, as numpy's argmax; NaN never wins (max ignores it). Two passes over the row, both
 // reading float4 runs, neighbouring threads on neighbouring runs: the max, then the first
@@ -25,19 +27,19 @@ kernel void argmax(device const float* logits [[buffer(0)]], device int* out [[b
     for (uint i = tail + l; i < V; i += width) m = max(m, x[i]);
     m = group_max(m, scratch, GroupIds{sg, lane, nsg});
 
-    uint index = UINT_MAX;
-    for (uint i = 4 * l; i < tail && index == UINT_MAX; i += 4 * width) {
+    uint index = NONE;
+    for (uint i = 4 * l; i < tail && index == NONE; i += 4 * width) {
         const bool4 hit = float4(*(device const packed_float4*)(x + i)) == m;
         if (any(hit)) index = i + (hit.x ? 0 : hit.y ? 1 : hit.z ? 2 : 3);
     }
-    for (uint i = tail + l; i < V && index == UINT_MAX; i += width)
+    for (uint i = tail + l; i < V && index == NONE; i += width)
         if (x[i] == m) index = i;
     index = simd_min(index);
     if (lane == 0) first[sg] = index;
     threadgroup_barrier(mem_flags::mem_threadgroup);
     if (l == 0) {
         for (uint i = 1; i < nsg; i++) index = min(index, first[i]);
-        out[row] = index == UINT_MAX ? 0 : int(index);  // a row of NaN: 0
+        out[row] = index == NONE ? 0 : int(index);  // a row of NaN: 0
     }
 }
 
@@ -132,7 +134,8 @@ kernel void sample_top_k_top_p(device const float* logits [[buffer(0)]],
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
     const float total = prefix[width];
-    const float target = min(uniforms[row] * total, nextafter(total, 0.0f));  // below the total
+    // below the total (the float just under it: total > 0, the likeliest token being kept)
+    const float target = min(uniforms[row] * total, as_type<float>(as_type<uint>(total) - 1));
     if (prefix[l] <= target && target < prefix[l + 1]) {
         float run = prefix[l];
         int token = -1;
