@@ -360,6 +360,16 @@ def test_kernels_pass_metalkits_checks(monkeypatch, rng, cpu, mode):
         got = llm.sample_top_k_top_p(b, u, 1.0, 4, 0.9)
         for i in range(6):
             assert sample_ref(b[i], u[i], 1.0, 4, 0.9, slack=1e-5)[2][got[i]]
+        # rows longer than a threadgroup: several values a thread, a partial float4 run
+        r = f(2, 1027) * 3
+        np.testing.assert_array_equal(llm.argmax(r), np.argmax(r, axis=1))
+        e = np.exp(r - r.max(axis=1, keepdims=True).astype(np.float64))
+        close(llm.softmax(r), e / e.sum(axis=1, keepdims=True))
+        close(llm.rms_norm(r, r[0]), r / np.sqrt((r.astype(np.float64)**2).mean(1, keepdims=True)
+                                                 + 1e-5) * r[0])
+        got = llm.sample_top_k_top_p(r, u[:2], 0.8, 50, 0.7)
+        for i in range(2):
+            assert sample_ref(r[i], u[i], 0.8, 50, 0.7, slack=1e-5)[2][got[i]]
     assert called == set(mk.kernels()) - {"add_arrays"}  # every transformer kernel, checked
 
 
