@@ -9,7 +9,7 @@ import numpy as np
 
 from ..bundled import run
 from ._checks import floats, need, output
-from .quant import BLOCK, Q4_0_BLOCK, Q4_0_BYTES, Q8_0_BLOCK, Q8_0_BYTES
+from .quant import BLOCK, Q4_0_BLOCK, Q8_0_BLOCK
 
 
 def _matmul(kernel: str, a: Any, b: Any, out: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
