@@ -2,6 +2,7 @@
 written here: logits of a prompt and of 32 decode steps to 1e-4 relative, Q8_0 and Q4_0 weights
 within their quantisation's own error, continuous batching and paging giving each request the
 tokens it gets alone, sampling, and generate.py from a fresh temporary directory."""
+import dataclasses
 import os
 import subprocess
 import sys
@@ -50,13 +51,12 @@ def dense(w):
     return {name: deq[x.kind](x.data) for name, x in w.items()}
 
 
-def torch_logits(w, tokens):
+def torch_logits(w, tokens, c=CONFIG):
     """The reference: the llama forward pass of tokens, all positions, in torch float32."""
-    c = CONFIG
 
     def t(a):  # a copy: the file's arrays are read-only maps
         return torch.from_numpy(np.array(a))
-    n, hd = len(tokens), CONFIG.head_dim
+    n, hd = len(tokens), c.head_dim
     x = t(w["token_embd.weight"])[torch.tensor(tokens)]
     freqs = 1.0 / c.rope_theta ** (torch.arange(0, hd, 2, dtype=torch.float32) / hd)
     angle = torch.arange(n, dtype=torch.float32)[:, None] * freqs
@@ -232,3 +232,15 @@ def test_a_model_without_an_output_matrix_ties_it_to_the_embeddings(tmp_path, rn
     got = model.prefill(prompt, 0, model.new_cache(4), all_logits=True)
     assert rel_err(got, torch_logits(dict(w, **{"output.weight": w["token_embd.weight"]}),
                                      prompt)) < 1e-4
+
+
+def test_a_file_mixing_quantised_and_float_matrices(tmp_path, rng):
+    """Rows that are not whole blocks of 32 (an MLP of 72) stay float32 beside Q8_0 ones."""
+    config = dataclasses.replace(CONFIG, hidden_dim=72)
+    path = tiny_model.write(tmp_path / "mixed.gguf", config, int(rng.integers(2**31)), "q8_0")
+    loaded_config, w, _ = weights.load(path)
+    assert w["blk.0.ffn_down.weight"].kind == "f32" and w["blk.0.ffn_up.weight"].kind == "q8_0"
+    model = Llama(loaded_config, w)
+    prompt = rng.integers(0, config.vocab_size, 7).tolist()
+    got = model.prefill(prompt, 0, model.new_cache(4), all_logits=True)
+    assert rel_err(got, torch_logits(dense(w), prompt, config)) < 1e-4

@@ -102,8 +102,9 @@ def _value(field) -> object:
 def save(path: str | Path, config: Config, weights: dict[str, np.ndarray], tokens: list[str],
          quantise: str = "f32") -> None:
     """Writes a llama GGUF file from float32 weights by GGUF name; with ``quantise`` "q8_0" or
-    "q4_0", the matrices of the layers and the output head are stored in those blocks (the
-    norms and the embedding table stay float32)."""
+    "q4_0", the matrices of the layers and the output head are stored in those blocks, those
+    whose rows are whole blocks of 32 (the others, the norms and the embedding table stay
+    float32)."""
     from metalkit.llm import quantize_q4_0, quantize_q8_0
     w = gguf.GGUFWriter(str(path), "llama")
     w.add_context_length(config.context_length)
@@ -118,7 +119,7 @@ def save(path: str | Path, config: Config, weights: dict[str, np.ndarray], token
     w.add_token_list(tokens)
     pack = {"q8_0": (quantize_q8_0, Q.Q8_0), "q4_0": (quantize_q4_0, Q.Q4_0)}.get(quantise)
     for name, data in weights.items():
-        if pack and data.ndim == 2 and name != "token_embd.weight":
+        if pack and data.ndim == 2 and data.shape[1] % 32 == 0 and name != "token_embd.weight":
             w.add_tensor(name, pack[0](data), raw_dtype=pack[1])
         else:
             w.add_tensor(name, np.ascontiguousarray(data, dtype=np.float32))
