@@ -13,7 +13,9 @@ import metalkit
 # Every module a public object's docstring lives in (the test below checks it stays so).
 MODULES = ["metalkit", "metalkit.library", "metalkit.bundled", "metalkit.arrays", "metalkit._device",
            "metalkit._argspec", "metalkit._core", "metalkit.custom_kernel", "metalkit.execution",
-           "metalkit.errors", "metalkit.kernel_log", "metalkit.tracing"]
+           "metalkit.errors", "metalkit.kernel_log", "metalkit.tracing", "metalkit.llm",
+           "metalkit.llm.linear", "metalkit.llm.layers", "metalkit.llm.attention",
+           "metalkit.llm.sampling", "metalkit.llm.quant"]
 CALL_KEYWORDS = ["grid", "threadgroups", "threadgroup", "threadgroup_memory", "check", "shuffle", "timeout"]
 ENV_DEFAULTS = {"check": "METALKIT_CHECK", "shuffle": "METALKIT_SHUFFLE", "timeout": "METALKIT_TIMEOUT"}
 # Dunders documented like public members: how the class is used.

@@ -19,7 +19,7 @@ BLOCKS = [re.sub(rf"(?m)^{m.group(1)}", "", m.group(2))
 
 
 def test_the_blocks_are_found():
-    assert len(BLOCKS) == 8 and README.count("```python") == len(BLOCKS)
+    assert len(BLOCKS) == 9 and README.count("```python") == len(BLOCKS)
 
 
 def test_every_python_block_runs(tmp_path, monkeypatch):

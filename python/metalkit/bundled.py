@@ -38,8 +38,9 @@ def _find(name: str):
     with _lock:
         for f in sorted(KERNELS_DIR.glob("*.metal")):
             lib = load(f)
-            for kname in lib.kernels:
-                _by_name.setdefault((backend, kname), lib[kname])
+            if name in lib.kernels:  # only this kernel: another's first use may cost more
+                _by_name[(backend, name)] = lib[name]  # (a struct parameter loads ml_dtypes)
+                break
     k = _by_name.get((backend, name))
     if k is None:
         raise KernelNotFound(f"no bundled kernel named {name!r}; bundled kernels: {', '.join(kernels())}. "
@@ -77,6 +78,41 @@ def run(name: str, *args: Any, grid: Dims | None = None, threadgroups: Dims | No
 
     Geometry tuples are (x, y, z) = (width, height, depth), the reverse of numpy's
     shape order.
+
+    The bundled kernels (``metalkit.kernels()``), each documented in its ``kernels/*.metal``
+    file; ``metalkit.llm`` wraps the transformer kernels with shape checks and their launch
+    geometry:
+
+    - ``add_arrays(const float* a, const float* b, float* out)``: out = a + b
+    - ``argmax(const float* logits, int* out, uint V)``: greedy: the largest logit of each row
+    - ``attention_prefill(const float* q, const float* k, const float* v, float* out, uint T,
+      uint Hq, uint Hkv, uint D, float scale)``: causal attention over a prompt, online softmax
+    - ``embedding(const float* table, const int* ids, float* out, uint D)``: row gather
+    - ``matmul_simdgroup(const float* A, const float* B, float* C, uint M, uint N, uint K)``:
+      C = A @ B^T with simdgroup_matrix
+    - ``matmul_tiled(const float* A, const float* B, float* C, uint M, uint N, uint K)``:
+      C = A @ B^T, 4x4 register tiles
+    - ``matvec(const float* W, const float* x, float* y, uint N, uint K, uint B)``:
+      y = x @ W^T for decode
+    - ``matvec_q4_0(const block_q4_0* W, const float* x, float* y, uint N, uint K, uint B)``:
+      on GGUF Q4_0 blocks
+    - ``matvec_q8_0(const block_q8_0* W, const float* x, float* y, uint N, uint K, uint B)``:
+      on GGUF Q8_0 blocks
+    - ``paged_attention(const float* q, const float* k_cache, const float* v_cache, const int*
+      block_tables, const int* context_lens, float* part_acc, float* part_max, float* part_sum,
+      uint Hq, uint Hkv, uint D, uint block_size, uint max_blocks, uint partition_size, float
+      scale)``: decode attention over a paged KV cache, one split-K partition per thread
+    - ``paged_attention_reduce(const float* part_acc, const float* part_max, const float*
+      part_sum, float* out, uint P, uint D)``: combines the partitions
+    - ``paged_kv_write(const float* k, const float* v, float* k_cache, float* v_cache, const
+      int* slots, uint width)``: new keys and values into cache blocks
+    - ``rms_norm(const float* x, const float* w, float* out, uint D, float eps)``
+    - ``rope(float* x, const int* positions, uint H, uint D, float theta)``: llama layout, in
+      place
+    - ``sample_top_k_top_p(const float* logits, const float* uniforms, float* probs, int*
+      tokens, uint V, float temperature, uint top_k, float top_p)``: top-k/top-p sampling
+    - ``softmax(const float* x, float* out, uint C)``: online max and sum
+    - ``swiglu(const float* gate, const float* up, float* out)``: silu(gate) * up
 
     >>> import numpy as np, metalkit
     >>> a = np.full(5, 1.0, np.float32); b = np.full_like(a, 2.0); out = np.zeros_like(a)
