@@ -16,6 +16,7 @@ size_t page_size() {
   return page;
 }
 size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
+constexpr size_t kHugePagesFrom = size_t(4) << 20;
 
 // PROT_NONE and uncommitted: address space only.
 char* reserve(size_t bytes) {
@@ -107,6 +108,11 @@ GuardedAllocation::GuardedAllocation(size_t nbytes, size_t align, size_t guard, 
     munmap(base_, total_);
     throw std::bad_alloc();
   }
+#ifdef MADV_HUGEPAGE
+  // Large arrays on huge pages where the system gives them on request, as numpy asks for its
+  // own: a kernel streaming a matrix of tens of MB spends a third more time on 4 KiB pages.
+  if (!at_end && nbytes >= kHugePagesFrom) madvise(reinterpret_cast<void*>(lo), pages, MADV_HUGEPAGE);
+#endif
   data_ = reinterpret_cast<void*>(at_end ? (lo + pages - nbytes) / align * align : lo);
   size_ = nbytes;
   std::lock_guard<std::mutex> lk(registry_lock);
