@@ -207,7 +207,8 @@ def sources(tmp_path: Path) -> list[tuple[str, list[str]]]:
     root = Path(__file__).resolve().parent.parent
     (tmp_path / "inc").mkdir()
     (tmp_path / "inc" / "mine.h").write_text("#pragma once\n#define MINE (FLT_MIN_EXP + 1)\nusing metal::half;\n")
-    found = [(p.read_text(), []) for p in sorted((root / "kernels").glob("*.metal"))]
+    # The bundled kernels include their folder's headers, as metalkit.load finds them.
+    found = [(p.read_text(), [str(root / "kernels")]) for p in sorted((root / "kernels").glob("*.metal"))]
     found += [(p.read_text(), []) for p in sorted((root / "bench").glob("*.metal"))]
     return found + [(TRICKY, [str(tmp_path / "inc")])]
 
