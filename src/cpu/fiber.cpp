@@ -141,16 +141,18 @@ static size_t page_size() {
 }
 
 FiberStacks::~FiberStacks() {
-  for (char* b : blocks_) munmap(b, page_size() + kStackBytes);
+  for (char* b : blocks_) munmap(b, page_size() + 2 * kStackBytes);
 }
 
 void* FiberStacks::top(size_t i) {
   while (blocks_.size() <= i) {
     size_t guard = page_size();
-    void* p = mmap(nullptr, guard + kStackBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    // Reserved whole, then the stack made accessible: below it a guard page, where an overflow
+    // faults; above it address space no other mapping can take (MK_FIBER_STACK_BYTES).
+    void* p = mmap(nullptr, guard + 2 * kStackBytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED) return nullptr;
-    if (mprotect(p, guard, PROT_NONE) != 0) {  // below the stack: an overflow faults here
-      munmap(p, guard + kStackBytes);
+    if (mprotect(static_cast<char*>(p) + guard, kStackBytes, PROT_READ | PROT_WRITE) != 0) {
+      munmap(p, guard + 2 * kStackBytes);
       return nullptr;
     }
     blocks_.push_back(static_cast<char*>(p));

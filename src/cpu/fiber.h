@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "metalkit/abi.h"
+
 #if !(defined(__x86_64__) || defined(__aarch64__)) && !defined(MK_FIBER_UCONTEXT)
 #define MK_FIBER_UCONTEXT 1
 #endif
@@ -30,7 +32,7 @@ using FiberEntry = void (*)(void* arg);
 class FiberStacks {
  public:
   // A SIMT SIMD-group keeps 32 lanes' locals: room for per-thread arrays of a few KiB.
-  static constexpr size_t kStackBytes = size_t(1) << 20;
+  static constexpr size_t kStackBytes = MK_FIBER_STACK_BYTES;
   ~FiberStacks();
   // The top of stack i (0-based), allocating more as needed; nullptr if the
   // system refuses more mappings (the caller reports it as a fault).
@@ -39,7 +41,7 @@ class FiberStacks {
   bool in_guard(uintptr_t addr) const;
 
  private:
-  std::vector<char*> blocks_;  // each: guard page + stack
+  std::vector<char*> blocks_;  // each: guard page + stack + as much unmapped above it
 };
 
 // Prepares ctx to start running entry(arg) on the stack whose top is stack_top.

@@ -425,7 +425,7 @@ void run_group(mk_thread_fn fn, void* ctx, const unsigned* position, const unsig
 
 void run_simt_group(mk_simt_fn fn, void* ctx, const unsigned* position, const unsigned* size, unsigned nsg,
                     int fibers) {
-  if (fibers && nsg > 1) return run_fibers(nullptr, fn, ctx, position, size, nsg, 32);
+  if (fibers > 1 || (fibers && nsg > 1)) return run_fibers(nullptr, fn, ctx, position, size, nsg, 32);
   // No barrier to wait at: the SIMD-groups run one after another (in a shuffled order on
   // request), on this thread's own stack (an overflow there is reported as one too).
   Group& g = group();

@@ -115,7 +115,9 @@ def launchers(kernels: list[Kernel], structs: list[StructDef] = (), checked: boo
         out.append("  (void)tg;")
         out.extend(binds)
         if k.execution == "simt":
-            runner = f"mk::run_groups_simt(d, first, last, at, {'true' if k.uses_barrier else 'false'}, "
+            # A checked build runs on fibers only (checked_access.h tells stack memory by address).
+            fibers = 2 if checked else int(k.uses_barrier)
+            runner = f"mk::run_groups_simt(d, first, last, at, {fibers}, "
         elif k.needs_sync or checked:
             runner = "mk::run_groups_fibers(d, first, last, at, "
         else:

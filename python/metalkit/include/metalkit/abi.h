@@ -6,7 +6,9 @@
 
 // Constants are enumerators, not macros: a module's source is preprocessed
 // before its launchers are appended, so macros from here would be gone.
-enum { MK_ABI_VERSION = 11, MK_SIMD_SLOT = 256 };
+// MK_FIBER_STACK_BYTES: a fiber's stack, with as much unmapped address space above its top, so
+// an address within that distance above a frame of a fiber is the fiber's own stack.
+enum { MK_ABI_VERSION = 11, MK_SIMD_SLOT = 256, MK_FIBER_STACK_BYTES = 1 << 20 };
 
 #ifdef __cplusplus
 extern "C" {
@@ -156,8 +158,9 @@ typedef struct mk_runtime {
   // Reports a fault found by the module's own checks; does not return.
   void (*fault)(const char* message, const char* file, int line);
   // Runs the SIMD-groups of one SIMT threadgroup: fn gets each SIMD-group's index, in
-  // order or shuffled; as fibers when `fibers` (the kernel has threadgroup barriers and
-  // the group more than one SIMD-group), so `barrier` can wait for the others.
+  // order or shuffled; as fibers when `fibers` is 1 (the kernel has threadgroup barriers) and
+  // the group has more than one SIMD-group, so `barrier` can wait for the others, and always
+  // when it is 2 (a checked build: its code runs on fibers' stacks only).
   void (*run_simt_group)(mk_simt_fn fn, void* ctx, const unsigned* position, const unsigned* size,
                          unsigned nsg, int fibers);
   // A threadgroup_barrier reached by only some live lanes of SIMD-group `sg` (`missing`:

@@ -217,18 +217,18 @@ template <class Body> void simt_sg(void* p, unsigned sg, void* scheduler) {
 }
 
 template <class Body>
-void run_groups_simt(const mk_dispatch* d, mk_u64 first, mk_u64 last, volatile mk_u64* at, bool barriers,
+void run_groups_simt(const mk_dispatch* d, mk_u64 first, mk_u64 last, volatile mk_u64* at, int fibers,
                      Body body) {
   metal::__mk::simt_exchange* const x = &simt::thread_exchange;  // a thread-local: looked up once
   for (mk_u64 g = first; g < last; ++g) {
     *at = g;
     simt_group<Body> c;
     c.body = &body;
-    c.fibers = barriers;
+    c.fibers = fibers != 0;
     c.x = x;
     const u3 n = group_ids(d, g, c.t, c.base);
     const unsigned pos[3] = {c.t.group_pos.x, c.t.group_pos.y, c.t.group_pos.z}, size[3] = {n.x, n.y, n.z};
-    metal::__mk::rt->run_simt_group(simt_sg<Body>, &c, pos, size, (n.x * n.y * n.z + 31u) / 32u, barriers);
+    metal::__mk::rt->run_simt_group(simt_sg<Body>, &c, pos, size, (n.x * n.y * n.z + 31u) / 32u, fibers);
   }
 }
 
