@@ -401,3 +401,19 @@ def test_last_gpu_time_is_the_checked_calls():
         lib.reverse(x, y, threadgroup=64, threadgroup_memory={0: 256}, check=check)
         np.testing.assert_array_equal(y, x.reshape(4, 64)[:, ::-1].ravel())
         assert lib.reverse.last_gpu_time > 0, check
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="unwritten pages are told by Linux's pagemap")
+def test_a_queued_call_reads_what_a_call_queued_before_it_wrote():
+    from metalkit import _core
+    lib = mk.compile(HEAD + EMPTY, filename="empty.metal")
+    x = np.random.default_rng(6).random(3000, dtype=np.float32)
+    y = mk.empty(3000)
+    _core._emulate_gpu_batches(True)  # calls queue, as on Metal, and run when the block ends
+    try:
+        with mk.batch():
+            lib.scale(x, y, check="uninit")
+            lib.accumulate(y, x, check="uninit")  # y is written by then
+    finally:
+        _core._emulate_gpu_batches(False)
+    np.testing.assert_array_equal(y, x * 2 + x)

@@ -653,6 +653,10 @@ py::object PyKernel::call(py::args args, py::kwargs kwargs) {
     for (ArrayArg& x : c.arrays) x.stage = true;
 
   if (!join_batch(c)) return py::none();
+  // A queued call runs after the calls queued before it, which may write what nothing had written
+  // yet: its unwritten bytes are not known now.
+  if (c.defer)
+    for (ArrayArg& x : c.arrays) c.launch.args[x.param].unwritten.clear();
   stage_arrays(c);
   if (c.defer)
     enqueue(c);
