@@ -419,9 +419,13 @@ class CpuKernel : public KernelImpl {
     d.args = args;
     d.only = ~0u;
     const uint64_t groups = g.ngroups.product();
-    // Enough groups per chunk that a chunk is worth a hand-off (~16k threads).
+    // Enough groups per chunk that a chunk is worth a hand-off (~16k threads), yet no fewer
+    // chunks than cores while each keeps 4k threads: a matmul of 144 groups of 128 threads was
+    // otherwise a chunk of 128 groups and one of 16, one core doing nearly all of it.
     const uint64_t per_group = std::max<uint64_t>(1, g.tg.product());
-    const uint64_t chunk = std::max<uint64_t>(1, 16384 / per_group);
+    const uint64_t cores = ThreadPool::instance().size();
+    const uint64_t fewest = std::max<uint64_t>(1, 4096 / per_group), most = std::max<uint64_t>(1, 16384 / per_group);
+    const uint64_t chunk = std::max(fewest, std::min(most, (groups + cores - 1) / cores));
     std::mutex fault_lock;
     Fault fault;
     std::atomic<bool> failed{false};
