@@ -800,6 +800,23 @@ def test_simdgroup_matrix_arrays_declared_without_an_initializer(device, model, 
     lib.tiled_matmul(a, b, c, np.uint32(k), np.uint32(n), threadgroups=(n // 16, m // 16), threadgroup=128)
     np.testing.assert_allclose(c, a.astype(np.float64) @ b, rtol=1e-4, atol=1e-4)
 
+NESTED = """
+// A SIMD-group function returning nothing, called on the result of another: nothing is left of
+// the statement once both are hoisted.
+kernel void nested(device float* out [[buffer(0)]]) {
+    simdgroup_store(make_filled_simdgroup_matrix<float, 8, 8>(1.5f), out);
+}
+"""
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_a_void_simdgroup_call_on_the_result_of_another(device, model):
+    lib = build_as(NESTED, "nested.metal", model)
+    check_model(lib.nested, model)
+    out = np.zeros(64, np.float32)
+    lib.nested(out, grid=32, threadgroup=32)
+    np.testing.assert_array_equal(out, np.full(64, 1.5, np.float32))
+
 POINTER_ARRAYS = """
 // Each lane keeps pointers into its rows in a local array (as llama.cpp's mul_mv_ext does): the
 // array's elements are the lane's own; what they point to is device memory.

@@ -486,7 +486,8 @@ class Emitter:
         s = p.stmts[0]
         hoists = self.info(s).hoists
         self.put(s.a, self.hoist(hoists))
-        whole = isinstance(s, sx.ExprStmt) and len(hoists) == 1 and _unparen(s.expr) is hoists[-1]
+        # The statement is the outermost call (its arguments' calls, hoisted before it, are done too).
+        whole = isinstance(s, sx.ExprStmt) and _unparen(s.expr) is hoists[-1]
         if not whole:
             inf = self.info(s)
             residual = Piece("R", [s])
