@@ -790,8 +790,8 @@ kernel void tiled_matmul(device const float* a [[buffer(0)]], device const float
 @pytest.mark.parametrize("m,k,n", [(16, 16, 16), (32, 48, 64), (48, 80, 16)])
 @pytest.mark.parametrize("model", MODELS)
 def test_simdgroup_matrix_arrays_declared_without_an_initializer(device, model, rng, m, k, n):
-    # A simdgroup_matrix caches its lane's id from a default member initializer: per-lane storage
-    # of such arrays must still be constructed, or loads read another lane's elements.
+    # Matrices in per-lane storage are left uninitialised (their cached lane id is for per-thread
+    # code): loads into such arrays must still give each lane its own elements.
     lib = build_as(MATRICES, "matrices.metal", model)
     check_model(lib.tiled_matmul, model)
     a = rng.standard_normal((m, k)).astype(np.float32)
