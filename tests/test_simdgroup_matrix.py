@@ -230,16 +230,17 @@ def test_products_of_every_element_type(rng, types):
 
 @pytest.mark.parametrize("types", MIXED, ids=lambda t: "x".join(t))
 def test_products_of_random_values_round_once(rng, types):
-    """Random values: every model the same bits, each element within float rounding of numpy."""
+    """Random values: every model the same bits, each element within the bound of 8 float fmas and
+    one rounding to the destination type (unit roundoffs 2^-24 and eps / 2) of numpy's."""
     d, a, b, c = types
     ma, mb, mc = (rng.standard_normal((8, 8)).astype(DTYPES[x]) for x in (a, b, c))
     outs = [np.zeros((8, 8), DTYPES[d]) for _ in range(4)]
     gd, ge, _, _ = run_models(mma_source(*types), "mma", outs, ma, mb, mc, grid=32, threadgroup=32)
     a64, b64, c64 = (x.astype(np.float64) for x in (ma, mb.T, mc))
-    eps = float(np.finfo(DTYPES[d]).eps)
-    scale = np.abs(a64) @ np.abs(b64) + np.abs(c64)
-    assert np.all(np.abs(gd.astype(np.float64) - (a64 @ b64 + c64)) <= eps * scale + 2 ** -60)
-    assert np.all(np.abs(ge.astype(np.float64) - a64 @ b64) <= eps * (np.abs(a64) @ np.abs(b64)) + 2 ** -60)
+    u = 8 * 2.0 ** -24 + float(np.finfo(DTYPES[d]).eps) / 2
+    products = np.abs(a64) @ np.abs(b64)
+    assert np.all(np.abs(gd.astype(np.float64) - (a64 @ b64 + c64)) <= u * (products + np.abs(c64)))
+    assert np.all(np.abs(ge.astype(np.float64) - a64 @ b64) <= u * products)
 
 
 PRODUCT = """
@@ -323,6 +324,39 @@ def test_arguments_that_differ_between_lanes(rng):
     odd = (np.arange(8)[None, :] // 2 % 2).astype(bool).repeat(8, 0)  # columns odd lanes hold
     np.testing.assert_array_equal(d, np.where(odd, second.T, first))
     np.testing.assert_array_equal(e, np.vstack([first[:4], second[4:]]))
+
+
+WRAPPER = """
+// A fragment wrapper as tinygrad renders one: each lane's fragments in, its fragment of the result
+// out. Its SIMT twin has a version for a full mask; lanes not in `live` return first.
+float2 wmma(float2 a, float2 b, float2 c) {
+    simdgroup_float8x8 A, B, C;
+    A.thread_elements()[0] = a[0]; B.thread_elements()[0] = b[0]; C.thread_elements()[0] = c[0];
+    A.thread_elements()[1] = a[1]; B.thread_elements()[1] = b[1]; C.thread_elements()[1] = c[1];
+    simdgroup_multiply_accumulate(C, A, B, C);
+    return float2(C.thread_elements()[0], C.thread_elements()[1]);
+}
+kernel void wrapped(device float* d [[buffer(0)]], device const float* a [[buffer(1)]],
+                    device const float* b [[buffer(2)]], device const float* c [[buffer(3)]],
+                    constant uint& live [[buffer(4)]], uint lane [[thread_index_in_simdgroup]]) {
+    if (!(live >> lane & 1u)) return;
+    uint i = ((lane / 16) * 4 + (lane / 2) % 4) * 8 + ((lane / 8) % 2) * 4 + (lane % 2) * 2;
+    float2 out = wmma(float2(a[i], a[i + 1]), float2(b[i], b[i + 1]), float2(c[i], c[i + 1]));
+    d[i] = out[0];
+    d[i + 1] = out[1];
+}
+"""
+
+
+@pytest.mark.parametrize("live", [0xFFFFFFFF, 0x0F0F0F0F])
+def test_a_fragment_wrapper_under_a_full_and_a_partial_mask(rng, live):
+    on = (live >> LANE & 1).astype(bool)
+    a, b, c = (rng.integers(-4, 5, (8, 8)).astype(np.float32) for _ in range(3))
+    d = np.full((8, 8), 9, np.float32)
+    (got,) = run_models(WRAPPER, "wrapped", [d], a, b, c, np.uint32(live), grid=32, threadgroup=32)
+    held = np.zeros((8, 8), bool)
+    held[ROW[on], COL[on]] = held[ROW[on], COL[on] + 1] = True
+    np.testing.assert_array_equal(got, np.where(held, np.where(held, a, 0) @ np.where(held, b, 0) + c, 9))
 
 
 # ---- staged through threadgroup memory, partial tiles at the edges ------------------------------
