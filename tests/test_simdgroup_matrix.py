@@ -28,7 +28,8 @@ LANE = np.arange(32)
 ROW = (LANE // 16) * 4 + (LANE // 2) % 4
 COL = ((LANE // 8) % 2) * 4 + (LANE % 2) * 2
 
-pytestmark = pytest.mark.skipif(mk.device().backend != "cpu", reason="execution models are the CPU simulator's")
+pytestmark = pytest.mark.skipif(mk.device().backend != "cpu",
+                                reason="execution models are the CPU simulator's")
 
 
 @functools.lru_cache(maxsize=None)
@@ -36,7 +37,8 @@ def lib(src: str, model: str) -> mk.Library:
     return build(src, filename="sgmm.metal", execution=model)
 
 
-def run_models(src: str, kernel: str, outputs: list[np.ndarray], *args, **launch) -> list[np.ndarray]:
+def run_models(src: str, kernel: str, outputs: list[np.ndarray], *args, **launch
+               ) -> list[np.ndarray]:
     """Runs `kernel` under each model on copies of `outputs` (passed first, then args); checks the
     models wrote the same bits and that SIMT ran as SIMT; returns the "auto" outputs."""
     results = {}
@@ -75,8 +77,9 @@ kernel void copy(device T* dst [[buffer(0)]], device const T* src [[buffer(1)]],
     simdgroup_store(m, dst, q.x, ulong2(q.y, q.z), q.w != 0);
 }
 // The shorter forms: default elements per row (8), origin (0, 0) and no transpose.
-kernel void copy_defaults(device T* d0 [[buffer(0)]], device T* d1 [[buffer(1)]], device T* d2 [[buffer(2)]],
-                          device T* d3 [[buffer(3)]], device const T* src [[buffer(4)]]) {
+kernel void copy_defaults(device T* d0 [[buffer(0)]], device T* d1 [[buffer(1)]],
+                          device T* d2 [[buffer(2)]], device T* d3 [[buffer(3)]],
+                          device const T* src [[buffer(4)]]) {
     simdgroup_matrix<T, 8, 8> a, b, c;
     simdgroup_load(a, src);
     simdgroup_load(b, src, 16);
@@ -99,8 +102,8 @@ def test_load_and_store_with_strides_origins_and_transposes(rng, t, load, store)
     src_text = COPY.replace("T", t)
     src = rng.standard_normal(20 * 14).astype(DTYPES[t])
     dst = np.full(11 * 12 + 8, 7, DTYPES[t])  # untouched elements keep their 7
-    (got,) = run_models(src_text, "copy", [dst], src, np.array(load, np.uint32), np.array(store, np.uint32),
-                        grid=32, threadgroup=32)
+    (got,) = run_models(src_text, "copy", [dst], src, np.array(load, np.uint32),
+                        np.array(store, np.uint32), grid=32, threadgroup=32)
     want = dst.copy()
     want[block_index(*store)] = src[block_index(*load)]
     np.testing.assert_array_equal(got, want)
@@ -109,8 +112,9 @@ def test_load_and_store_with_strides_origins_and_transposes(rng, t, load, store)
 @pytest.mark.parametrize("t", DTYPES)
 def test_load_and_store_default_arguments(rng, t):
     src = rng.standard_normal(16 * 9).astype(DTYPES[t])
-    outs = [np.zeros(64, DTYPES[t]), np.zeros(64, DTYPES[t]), np.zeros(12 * 11, DTYPES[t]), np.zeros(64, DTYPES[t])]
-    d0, d1, d2, d3 = run_models(COPY.replace("T", t), "copy_defaults", outs, src, grid=32, threadgroup=32)
+    outs = [np.zeros(n, DTYPES[t]) for n in (64, 64, 12 * 11, 64)]
+    d0, d1, d2, d3 = run_models(COPY.replace("T", t), "copy_defaults", outs, src, grid=32,
+                                threadgroup=32)
     np.testing.assert_array_equal(d0, src[:64])
     np.testing.assert_array_equal(d1.reshape(8, 8), src.reshape(9, 16)[:8, :8])
     want = np.zeros(12 * 11, DTYPES[t])
@@ -120,11 +124,12 @@ def test_load_and_store_default_arguments(rng, t):
 
 
 def test_a_store_whose_rows_overlap_writes_lane_by_lane(rng):
-    """4 elements per row: rows overlap, and the last lane in lane order to write an element wins."""
+    """4 elements per row: rows overlap, and the last lane (in lane order) to write one wins."""
     src = rng.standard_normal(64).astype(np.float32)
     dst = np.zeros(40, np.float32)
-    (got,) = run_models(COPY.replace("T", "float"), "copy", [dst], src, np.array((8, 0, 0, 0), np.uint32),
-                        np.array((4, 0, 0, 0), np.uint32), grid=32, threadgroup=32)
+    (got,) = run_models(COPY.replace("T", "float"), "copy", [dst], src,
+                        np.array((8, 0, 0, 0), np.uint32), np.array((4, 0, 0, 0), np.uint32),
+                        grid=32, threadgroup=32)
     m, want = src.reshape(8, 8), dst.copy()
     for l in range(32):
         want[ROW[l] * 4 + COL[l]:ROW[l] * 4 + COL[l] + 2] = m[ROW[l], COL[l]:COL[l] + 2]
@@ -134,8 +139,9 @@ def test_a_store_whose_rows_overlap_writes_lane_by_lane(rng):
 # ---- fragments: thread_elements(), make_filled, the diagonal ------------------------------------
 
 FRAGMENTS = """
-kernel void fragments(device T* o [[buffer(0)]], device T* w [[buffer(1)]], device T* f [[buffer(2)]],
-                      device T* g [[buffer(3)]], device const T* m [[buffer(4)]],
+kernel void fragments(device T* o [[buffer(0)]], device T* w [[buffer(1)]],
+                      device T* f [[buffer(2)]], device T* g [[buffer(3)]],
+                      device const T* m [[buffer(4)]],
                       uint lane [[thread_index_in_simdgroup]]) {
     simdgroup_matrix<T, 8, 8> M;
     simdgroup_load(M, m);
@@ -158,7 +164,8 @@ def test_thread_elements_are_apples_fragment_layout(rng, t):
     dt = DTYPES[t]
     m = rng.standard_normal((8, 8)).astype(dt)
     outs = [np.zeros(64, dt), np.zeros((8, 8), dt), np.zeros((8, 8), dt), np.full((8, 8), 5, dt)]
-    o, w, f, g = run_models(FRAGMENTS.replace("T", t), "fragments", outs, m, grid=32, threadgroup=32)
+    o, w, f, g = run_models(FRAGMENTS.replace("T", t), "fragments", outs, m, grid=32,
+                            threadgroup=32)
     o = o.reshape(32, 2)
     np.testing.assert_array_equal(o[:, 0], m[ROW, COL])
     np.testing.assert_array_equal(o[:, 1], m[ROW, COL + 1])
@@ -173,8 +180,9 @@ def test_thread_elements_are_apples_fragment_layout(rng, t):
 
 MMA = """
 kernel void mma(device D* d [[buffer(0)]], device D* e [[buffer(1)]], device D* f [[buffer(2)]],
-                device D* g [[buffer(3)]], device const A* a [[buffer(4)]], device const B* b [[buffer(5)]],
-                device const C* c [[buffer(6)]], uint lane [[thread_index_in_simdgroup]]) {
+                device D* g [[buffer(3)]], device const A* a [[buffer(4)]],
+                device const B* b [[buffer(5)]], device const C* c [[buffer(6)]],
+                uint lane [[thread_index_in_simdgroup]]) {
     simdgroup_matrix<A, 8, 8> ma;
     simdgroup_matrix<B, 8, 8> mb;
     simdgroup_matrix<C, 8, 8> mc;
@@ -186,7 +194,7 @@ kernel void mma(device D* d [[buffer(0)]], device D* e [[buffer(1)]], device D* 
     simdgroup_store(md, d);
     simdgroup_multiply(md, ma, mb);
     simdgroup_store(md, e);
-    simdgroup_multiply_accumulate(md, ma, mb, md);   // d is c: every element read before any is written
+    simdgroup_multiply_accumulate(md, ma, mb, md);   // d is c: all read before any is written
     simdgroup_store(md, f);
     // fragments in, fragments out (as MLX and tinygrad use them)
     simdgroup_matrix<A, 8, 8> fa;
@@ -206,12 +214,14 @@ kernel void mma(device D* d [[buffer(0)]], device D* e [[buffer(1)]], device D* 
 # (d, a, b, c) element types: one type, and the mixed accumulations llama.cpp, MLX and tinygrad use
 MIXED = [("float",) * 4, ("half",) * 4, ("bfloat",) * 4, ("float", "half", "float", "float"),
          ("float", "float", "half", "float"), ("float", "half", "half", "float"),
-         ("float", "bfloat", "bfloat", "float"), ("half", "half", "half", "float"), ("half", "float", "float", "half")]
+         ("float", "bfloat", "bfloat", "float"), ("half", "half", "half", "float"),
+         ("half", "float", "float", "half")]
 
 
 def mma_source(d: str, a: str, b: str, c: str) -> str:
     """MMA with its element types: A, B, C and D stand before `*`, `,` or `>`."""
-    return re.sub(r"\b([ABCD])\b(?=[*,>])", lambda m: {"A": a, "B": b, "C": c, "D": d}[m.group(1)], MMA)
+    names = {"A": a, "B": b, "C": c, "D": d}
+    return re.sub(r"\b([ABCD])\b(?=[*,>])", lambda m: names[m.group(1)], MMA)
 
 
 @pytest.mark.parametrize("types", MIXED, ids=lambda t: "x".join(t))
@@ -219,12 +229,14 @@ def test_products_of_every_element_type(rng, types):
     d, a, b, c = types
     ma, mb, mc = (grid_values(rng, (8, 8), DTYPES[x]) for x in (a, b, c))
     outs = [np.zeros((8, 8), DTYPES[d]) for _ in range(4)]
-    gd, ge, gf, gg = run_models(mma_source(*types), "mma", outs, ma, mb, mc, grid=32, threadgroup=32)
+    gd, ge, gf, gg = run_models(mma_source(*types), "mma", outs, ma, mb, mc, grid=32,
+                                threadgroup=32)
     a64, b64, c64 = (x.astype(np.float64) for x in (ma, mb.T, mc))
     ab = a64 @ b64
     np.testing.assert_array_equal(gd, (ab + c64).astype(DTYPES[d]))
     np.testing.assert_array_equal(ge, ab.astype(DTYPES[d]))
-    np.testing.assert_array_equal(gf, (ab + ab.astype(DTYPES[d]).astype(np.float64)).astype(DTYPES[d]))
+    ab_d = ab.astype(DTYPES[d]).astype(np.float64)  # d after the multiply, then d += a * b
+    np.testing.assert_array_equal(gf, (ab + ab_d).astype(DTYPES[d]))
     np.testing.assert_array_equal(gg, ab.astype(DTYPES[d]))
 
 
@@ -244,7 +256,8 @@ def test_products_of_random_values_round_once(rng, types):
 
 
 PRODUCT = """
-kernel void product(device T* out [[buffer(0)]], device const T* x [[buffer(1)]], device const T* y [[buffer(2)]]) {
+kernel void product(device T* out [[buffer(0)]], device const T* x [[buffer(1)]],
+                    device const T* y [[buffer(2)]]) {
     simdgroup_matrix<T, 8, 8> X, Y;
     simdgroup_load(X, x);
     simdgroup_load(Y, y);
@@ -258,7 +271,8 @@ kernel void product(device T* out [[buffer(0)]], device const T* x [[buffer(1)]]
 def test_the_product_operator(rng, t):
     dt = DTYPES[t]
     x, y = ((rng.integers(-2, 3, (8, 8)) / 2).astype(dt) for _ in range(2))
-    (out,) = run_models(PRODUCT.replace("T", t), "product", [np.zeros((8, 8), dt)], x, y, grid=32, threadgroup=32)
+    (out,) = run_models(PRODUCT.replace("T", t), "product", [np.zeros((8, 8), dt)], x, y, grid=32,
+                        threadgroup=32)
     x64, y64 = x.astype(np.float64), y.astype(np.float64)
     np.testing.assert_array_equal(out, ((x64 @ y64).astype(dt).astype(np.float64) @ x64).astype(dt))
 
@@ -311,7 +325,8 @@ def test_a_short_simdgroup_reads_and_writes_only_its_lanes_rows(rng):
     d = np.zeros((4, 8), np.float32)
     for model in MODELS:
         out = d.copy()
-        lib(PARTIAL, model).partial(out, a, b, c, np.uint32(0xFFFFFFFF), grid=16, threadgroup=16, check=True)
+        lib(PARTIAL, model).partial(out, a, b, c, np.uint32(0xFFFFFFFF), grid=16, threadgroup=16,
+                                    check=True)
         pad = lambda x: np.vstack([x, np.zeros((4, 8), np.float32)])  # noqa: E731
         np.testing.assert_array_equal(out, (pad(a) @ pad(b))[:4] + c)
 
@@ -356,7 +371,8 @@ def test_a_fragment_wrapper_under_a_full_and_a_partial_mask(rng, live):
     (got,) = run_models(WRAPPER, "wrapped", [d], a, b, c, np.uint32(live), grid=32, threadgroup=32)
     held = np.zeros((8, 8), bool)
     held[ROW[on], COL[on]] = held[ROW[on], COL[on] + 1] = True
-    np.testing.assert_array_equal(got, np.where(held, np.where(held, a, 0) @ np.where(held, b, 0) + c, 9))
+    want = np.where(held, a, 0) @ np.where(held, b, 0) + c
+    np.testing.assert_array_equal(got, np.where(held, want, 9))
 
 
 # ---- staged through threadgroup memory, partial tiles at the edges ------------------------------
@@ -364,9 +380,10 @@ def test_a_fragment_wrapper_under_a_full_and_a_partial_mask(rng, live):
 TILED = """
 // C = A @ B for any sizes: 2 x 2 SIMD-groups of 8 x 8 tiles per threadgroup; each step stages a
 // 16 x 8 block of A and an 8 x 16 block of B (zeros past the edges) in threadgroup memory.
-kernel void tiled(device float* C [[buffer(0)]], device const T* A [[buffer(1)]], device const T* B [[buffer(2)]],
-                  constant uint3& mkn [[buffer(3)]], uint2 tg [[threadgroup_position_in_grid]],
-                  uint t [[thread_index_in_threadgroup]], uint sg [[simdgroup_index_in_threadgroup]]) {
+kernel void tiled(device float* C [[buffer(0)]], device const T* A [[buffer(1)]],
+                  device const T* B [[buffer(2)]], constant uint3& mkn [[buffer(3)]],
+                  uint2 tg [[threadgroup_position_in_grid]], uint t [[thread_index_in_threadgroup]],
+                  uint sg [[simdgroup_index_in_threadgroup]]) {
     threadgroup T sa[16 * 8];
     threadgroup T sb[8 * 16];
     threadgroup float sc[16 * 16];
@@ -403,13 +420,14 @@ def test_tiles_staged_in_threadgroup_memory_with_partial_tiles_at_the_edges(rng,
     np.testing.assert_array_equal(got, a.astype(np.float64) @ b.astype(np.float64))
 
 
-# ---- the access checks still see the loads from threadgroup memory --------------------------------
+# ---- the access checks still see the loads from threadgroup memory ----------------------------
 
 RACE = """
 kernel void staged(device float* out [[buffer(0)]], device const float* in [[buffer(1)]],
-                   uint t [[thread_index_in_threadgroup]], uint sg [[simdgroup_index_in_threadgroup]]) {
+                   uint t [[thread_index_in_threadgroup]],
+                   uint sg [[simdgroup_index_in_threadgroup]]) {
     threadgroup float s[64];
-    if (sg == 1) { s[t - 32] = in[t - 32]; s[t] = in[t]; }   // the second SIMD-group stages the tile
+    if (sg == 1) { s[t - 32] = in[t - 32]; s[t] = in[t]; }   // SIMD-group 1 stages the tile
     BARRIER
     if (sg == 0) {
         simdgroup_float8x8 m;
@@ -427,9 +445,11 @@ def test_a_tile_loaded_from_threadgroup_memory_without_a_barrier_is_a_race(rng):
     assert k.execution == "simt"
     with pytest.raises(mk.KernelFault) as e:
         k(np.zeros(64, np.float32), x, grid=64, threadgroup=64, check="races")
-    load = 3 + next(i for i, line in enumerate(src.splitlines()) if "// load" in line)  # 1-based, after HEADER
-    assert re.search(r"data race \(a (read|write), then a (read|write)\) on threadgroup memory 's' elements "
-                     rf"0 to 63: .*read at staged.metal:{load} by SIMD-group 0", str(e.value)), str(e.value)
+    # the load's line: 1-based, after HEADER's two
+    load = 3 + next(i for i, line in enumerate(src.splitlines()) if "// load" in line)
+    assert re.search(r"data race \(a (read|write), then a (read|write)\) on threadgroup memory 's' "
+                     rf"elements 0 to 63: .*read at staged.metal:{load} by SIMD-group 0",
+                     str(e.value)), str(e.value)
     fixed = build(RACE.replace("BARRIER", "threadgroup_barrier(mem_flags::mem_threadgroup);"),
                   filename="staged.metal").staged
     out = np.zeros(64, np.float32)
