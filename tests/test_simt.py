@@ -790,8 +790,8 @@ kernel void tiled_matmul(device const float* a [[buffer(0)]], device const float
 @pytest.mark.parametrize("m,k,n", [(16, 16, 16), (32, 48, 64), (48, 80, 16)])
 @pytest.mark.parametrize("model", MODELS)
 def test_simdgroup_matrix_arrays_declared_without_an_initializer(device, model, rng, m, k, n):
-    # A simdgroup_matrix caches its lane's id from a default member initializer: per-lane storage
-    # of such arrays must still be constructed, or loads read another lane's elements.
+    # Matrices in per-lane storage are left uninitialised (their cached lane id is for per-thread
+    # code): loads into such arrays must still give each lane its own elements.
     lib = build_as(MATRICES, "matrices.metal", model)
     check_model(lib.tiled_matmul, model)
     a = rng.standard_normal((m, k)).astype(np.float32)
@@ -799,6 +799,23 @@ def test_simdgroup_matrix_arrays_declared_without_an_initializer(device, model, 
     c = np.full((m, n), np.nan, np.float32)
     lib.tiled_matmul(a, b, c, np.uint32(k), np.uint32(n), threadgroups=(n // 16, m // 16), threadgroup=128)
     np.testing.assert_allclose(c, a.astype(np.float64) @ b, rtol=1e-4, atol=1e-4)
+
+NESTED = """
+// A SIMD-group function returning nothing, called on the result of another: nothing is left of
+// the statement once both are hoisted.
+kernel void nested(device float* out [[buffer(0)]]) {
+    simdgroup_store(make_filled_simdgroup_matrix<float, 8, 8>(1.5f), out);
+}
+"""
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_a_void_simdgroup_call_on_the_result_of_another(device, model):
+    lib = build_as(NESTED, "nested.metal", model)
+    check_model(lib.nested, model)
+    out = np.zeros(64, np.float32)
+    lib.nested(out, grid=32, threadgroup=32)
+    np.testing.assert_array_equal(out, np.full(64, 1.5, np.float32))
 
 POINTER_ARRAYS = """
 // Each lane keeps pointers into its rows in a local array (as llama.cpp's mul_mv_ext does): the

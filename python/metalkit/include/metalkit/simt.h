@@ -22,8 +22,13 @@ namespace simt {
 
 // ---- per-lane storage ----
 // Default-initialises an object in raw lane storage; an array element by element, since its
-// elements may have default member initializers (simdgroup_matrix's cached lane id).
-template <class T> __MK_F void init_default_at(T& x) { ::new ((void*)&x) T; }
+// elements may have default member initializers. simdgroup_matrix's (its cached lane id) is for
+// per-thread code: SIMT code takes the lane from its exchange, so its matrices need none.
+template <class T> constexpr bool needs_init = true;
+template <class T, int C, int R> constexpr bool needs_init<metal::simdgroup_matrix<T, C, R>> = false;
+template <class T> __MK_F void init_default_at(T& x) {
+  if constexpr (needs_init<T>) ::new ((void*)&x) T;
+}
 template <class T, unsigned long N> __MK_F void init_default_at(T (&x)[N]) {
   for (unsigned long i = 0; i < N; ++i) init_default_at(x[i]);
 }
@@ -36,7 +41,7 @@ template <class T> struct lanes {
   template <class... A> __MK_F void set_list(unsigned l, A&&... a) {
     ::new ((void*)&reinterpret_cast<T*>(__raw)[l]) T{static_cast<A&&>(a)...};
   }
-  __MK_F void init_default(unsigned l) { ::new ((void*)&reinterpret_cast<T*>(__raw)[l]) T; }
+  __MK_F void init_default(unsigned l) { init_default_at(reinterpret_cast<T*>(__raw)[l]); }
 };
 // A reference per lane: bound once, then every use goes through it.
 template <class T> struct lanes<T&> {

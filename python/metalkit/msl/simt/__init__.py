@@ -291,6 +291,9 @@ class _KernelPlan:
         self.emitter.apply(*self.f.body)
 
 
+SMALL_HELPER = 16  # statements of a helper whose twin gets a version for a full mask
+
+
 class _HelperPlan:
     """A helper: its SIMT twin, appended after its definition (which stays as it is)."""
 
@@ -311,6 +314,9 @@ class _HelperPlan:
         self.fn = Function(unit, body, params, sync_names, members if self.method else {}, self.method, ref_params,
                            functions.value_template_params(unit, f))
         void = [unit.toks[k].text for k in range(self.sig.ret[0], self.sig.ret[1] + 1)] == ["void"]
+        # A small helper (a simdgroup_matrix fragment wrapper, say) is written twice, once for a full
+        # mask: its per-lane statements then run without lane tests, which the compiler vectorises.
+        self.full_twin = sum(1 for _ in body.walk()) <= SMALL_HELPER
         self.emitter = Emitter(self.fn, False, not void)
         self.pieces = regions.form(self.fn)
 
@@ -344,9 +350,17 @@ class _HelperPlan:
         e.put(b, "}")
         twin = (f"{struct_head} struct {tag}; {head} {'static ' if sig.static else ''}mk::simt::tag<{tag_ref}, {ret}> "
                 f"__mk_simt_{f.name}({text(sig.lparen + 1, sig.rparen - 1)}){' const' if sig.const else ''};")
-        self.code = (f" {twin} {struct_head} struct {tag} {{ template <class... __A> static void call("
-                     f"mk::simt::frame& __f, unsigned __m, mk::simt::ret_lanes_t<{ret}>* __ret, __A&&... __a) "
-                     f"{e.text()} }};")
+        params = f"mk::simt::frame& __f, unsigned __m, mk::simt::ret_lanes_t<{ret}>* __ret, __A&&... __a"
+        if not self.full_twin:
+            self.code = (f" {twin} {struct_head} struct {tag} {{ "
+                         f"template <class... __A> static void call({params}) {e.text()} }};")
+            return
+        args = "__f, __m, __ret, static_cast<__A&&>(__a)..."
+        self.code = (f" {twin} {struct_head} struct {tag} {{ "
+                     f"template <bool __full, class... __A> static void __mk_body({params}) {{ "
+                     f"if (__full) __m = ~0u; {e.text()} }} "
+                     f"template <class... __A> static void call({params}) {{ "
+                     f"if (__m == ~0u) __mk_body<true>({args}); else __mk_body<false>({args}); }} }};")
 
     def apply(self) -> None:
         self.unit.src.insert_after(self.f.body[1], self.code)

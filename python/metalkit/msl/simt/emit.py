@@ -21,9 +21,11 @@ LANES = "for (unsigned __l = 0; __l < 32u; ++__l) if (__m >> __l & 1u)"
 # 32: lane l's x position is the SIMD-group's first x + l; 16, 8: the SIMD-group covers rows of
 # that many threads of a 16- or 8-wide threadgroup, lane l at column l % w of row l / w.
 SHAPES = {32: "__affine", 16: "__rows == 16u", 8: "__rows == 8u"}
-# metalkit's SIMD-group functions whose twins (include/metalkit/simd.h) run the whole SIMD-group
-# at once; the others go through the exchange, a call per lane.
-STDLIB_TWINS = {f"{scope}_{op}" for scope in ("simd", "quad") for op in ("sum", "product", "min", "max", "and", "or", "xor")}
+# metalkit's SIMD-group functions whose twins (include/metalkit/simd.h, simdgroup_matrix.h) run
+# the whole SIMD-group at once; the others go through the exchange, a call per lane.
+STDLIB_TWINS = {f"{scope}_{op}" for scope in ("simd", "quad")
+                for op in ("sum", "product", "min", "max", "and", "or", "xor")} | {
+    "simdgroup_load", "simdgroup_store", "simdgroup_multiply", "simdgroup_multiply_accumulate"}
 
 
 def _divisions(node) -> list:
@@ -486,7 +488,8 @@ class Emitter:
         s = p.stmts[0]
         hoists = self.info(s).hoists
         self.put(s.a, self.hoist(hoists))
-        whole = isinstance(s, sx.ExprStmt) and len(hoists) == 1 and _unparen(s.expr) is hoists[-1]
+        # The statement is the outermost call (its arguments' calls, hoisted before it, are done too).
+        whole = isinstance(s, sx.ExprStmt) and _unparen(s.expr) is hoists[-1]
         if not whole:
             inf = self.info(s)
             residual = Piece("R", [s])
@@ -529,25 +532,45 @@ class Emitter:
                             f"[&](unsigned __l) __attribute__((always_inline)) -> decltype(auto) {{ return {plain}; }});")
                 self.subst[h.a] = (h.b, lambda lane, r=res: f"{r}[{lane}]")
                 continue
-            twin = self.twin(h, res, args)
+            twin = self.twin(h, res, args, operands)
             code.append(f"mk::simt::ret_lanes_t<{d}> {res}; (void){res}; mk::simt::invoke<{d}>(__f, __m, &{res}, "
                         f"[&](unsigned __l, auto __s) __attribute__((always_inline)) -> decltype({siteful}) {{ return {siteful}; }}, "
                         f"[&](unsigned __l) __attribute__((always_inline)) -> decltype(auto) {{ return {plain}; }}, {twin});")
             self.subst[h.a] = (h.b, lambda lane, r=res: f"{r}[{lane}]")
         return " ".join(code)
 
-    def twin(self, h, res: str, args: list[str]) -> str:
-        """The lambda calling the SIMT twin of the function h calls: a user function's, or one of STDLIB_TWINS
-        (mk::simt::no_twin{} if none can)."""
+    def twin(self, h, res: str, args: list[str], operands: list) -> str:
+        """The lambda calling the SIMT twin of the function h calls: a user function's, one of STDLIB_TWINS
+        or a simdgroup_matrix product's (mk::simt::no_twin{} if none can)."""
         f = getattr(h, "callee", None)
-        if f is None:
+        dep = "mk::simt::dep<decltype(__t)>"
+        accs = []
+        if isinstance(h, sx.Binary):  # a * b on simdgroup matrices
+            callee0 = "metal::__mk::__mk_simt_sgm_product"
+        elif f is None:
             return "mk::simt::no_twin{}"
+        else:
+            callee0 = self.twin_callee(h, f, accs)
+            if callee0 is None:
+                return "mk::simt::no_twin{}"
+        accs += [f"[&](unsigned __l) __attribute__((always_inline)) -> decltype(auto) {{ return ({a}); }}" for a in args]
+        args0 = [f"{dep}({self.expr(a, '0')})" for a in operands]
+        if not args0 and not isinstance(f, sx.Member) and f.last not in self.fn.member_toks:
+            call0 = f"{dep}({callee0})()"
+        else:
+            call0 = f"{callee0}({', '.join(args0)})"
+        return (f"[&](auto __t) __attribute__((always_inline)) -> typename mk::simt::twin_of<decltype({call0})>::type "
+                f"{{ decltype({call0})::type::call(__f, __m, &{res}"
+                f"{''.join(', ' + x for x in accs)}); }}")
+
+    def twin_callee(self, h, f, accs: list[str]) -> str | None:
+        """The name of the twin of the function h calls (None if it has none); an accessor of the object
+        a method is called on goes to accs."""
         name = self.fn.effects.callee_name(h)
         through = self.fn.effects.through_tparam(h)
         if name not in self.fn.effects.sync_names and not through and name not in STDLIB_TWINS:
-            return "mk::simt::no_twin{}"
+            return None
         dep = "mk::simt::dep<decltype(__t)>"
-        accs = []
         if isinstance(f, sx.Member):
             obj = self.expr(f.obj, "__l")
             obj0 = self.expr(f.obj, "0")
@@ -566,16 +589,8 @@ class Emitter:
             targs = self.render(f.last + 1, f.b, "0") if f.b > f.last else ""
             callee0 = f"{head} __mk_simt_{name}{targs}"  # the space: a head may end in `::template`
         else:
-            return "mk::simt::no_twin{}"
-        accs += [f"[&](unsigned __l) __attribute__((always_inline)) -> decltype(auto) {{ return ({a}); }}" for a in args]
-        args0 = [f"{dep}({self.expr(a, '0')})" for a in h.args]
-        if not args0 and not isinstance(f, sx.Member) and f.last not in self.fn.member_toks:
-            call0 = f"{dep}({callee0})()"
-        else:
-            call0 = f"{callee0}({', '.join(args0)})"
-        return (f"[&](auto __t) __attribute__((always_inline)) -> typename mk::simt::twin_of<decltype({call0})>::type "
-                f"{{ decltype({call0})::type::call(__f, __m, &{res}"
-                f"{''.join(', ' + x for x in accs)}); }}")
+            return None
+        return callee0
 
     def emit_barrier(self, p: Piece, ctx_v: bool) -> None:
         s = p.stmts[0]
