@@ -47,9 +47,10 @@ kernel void matmul_tiled(device const float* A [[buffer(0)]], device const float
 
 // The matrix units. Each SIMD-group computes one 8x8 tile of C with simdgroup_float8x8
 // multiply-accumulates; the 4 SIMD-groups of a threadgroup (128 threads) cover a 16x16 block.
-// Each step along K, the 32 lanes stage an 8x8 tile of A and one of B^T in the SIMD-group's
-// own threadgroup memory, zero past the edges, so any M, N, K work; the result goes out the
-// same way. Launch: threadgroups = (ceil(N / 16), ceil(M / 16)), threadgroup = 128.
+// A tile inside the matrices is loaded straight from device memory (B^T by a transposed load);
+// at the edges, the 32 lanes stage an 8x8 tile of A and one of B^T in the SIMD-group's own
+// threadgroup memory, zero past the edges, so any M, N, K work; the result goes out the same
+// way. Launch: threadgroups = (ceil(N / 16), ceil(M / 16)), threadgroup = 128.
 kernel void matmul_simdgroup(device const float* A [[buffer(0)]],
                              device const float* B [[buffer(1)]], device float* C [[buffer(2)]],
                              constant uint& M [[buffer(3)]], constant uint& N [[buffer(4)]],
@@ -62,20 +63,30 @@ kernel void matmul_simdgroup(device const float* A [[buffer(0)]],
     threadgroup float* at = a_tiles[sg];
     threadgroup float* bt = b_tiles[sg];
     const uint row0 = group.y * 16 + (sg / 2) * 8, col0 = group.x * 16 + (sg % 2) * 8;
+    const bool inside = row0 + 8 <= M && col0 + 8 <= N;  // the same for the whole SIMD-group
     simdgroup_float8x8 acc = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
     for (uint k0 = 0; k0 < K; k0 += 8) {
-        for (uint e = lane; e < 64; e += 32) {
-            const uint r = e / 8, c = e % 8;
-            // at[r][c] = A[row0 + r][k0 + c]; bt[r][c] = B^T[k0 + r][col0 + c]
-            at[e] = row0 + r < M && k0 + c < K ? A[(row0 + r) * K + k0 + c] : 0.0f;
-            bt[e] = col0 + c < N && k0 + r < K ? B[(col0 + c) * K + k0 + r] : 0.0f;
-        }
-        simdgroup_barrier(mem_flags::mem_threadgroup);
         simdgroup_float8x8 a, b;
-        simdgroup_load(a, at, 8);
-        simdgroup_load(b, bt, 8);
+        if (inside && k0 + 8 <= K) {
+            simdgroup_load(a, A + row0 * K + k0, K);
+            simdgroup_load(b, B + col0 * K + k0, K, ulong2(0), true);  // b[r][c] = B[col0 + c][k0 + r]
+        } else {
+            for (uint e = lane; e < 64; e += 32) {
+                const uint r = e / 8, c = e % 8;
+                // at[r][c] = A[row0 + r][k0 + c]; bt[r][c] = B^T[k0 + r][col0 + c]
+                at[e] = row0 + r < M && k0 + c < K ? A[(row0 + r) * K + k0 + c] : 0.0f;
+                bt[e] = col0 + c < N && k0 + r < K ? B[(col0 + c) * K + k0 + r] : 0.0f;
+            }
+            simdgroup_barrier(mem_flags::mem_threadgroup);
+            simdgroup_load(a, at, 8);
+            simdgroup_load(b, bt, 8);
+            simdgroup_barrier(mem_flags::mem_threadgroup);
+        }
         simdgroup_multiply_accumulate(acc, a, b, acc);
-        simdgroup_barrier(mem_flags::mem_threadgroup);
+    }
+    if (inside) {
+        simdgroup_store(acc, C + row0 * N + col0, N);
+        return;
     }
     simdgroup_store(acc, at, 8);
     simdgroup_barrier(mem_flags::mem_threadgroup);

@@ -29,7 +29,7 @@ def test_matmul_tiled(device, rng, m, n, k):
     close(llm.matmul_tiled(a, b), a.astype(np.float64) @ b.T)
 
 
-@pytest.mark.parametrize("m,n,k", [(1, 1, 1), (9, 17, 13), (24, 40, 16)])
+@pytest.mark.parametrize("m,n,k", [(1, 1, 1), (9, 17, 13), (24, 40, 16), (40, 56, 37)])
 def test_matmul_simdgroup(device, rng, m, n, k):
     a = rng.standard_normal((m, k)).astype(np.float32)
     b = rng.standard_normal((n, k)).astype(np.float32)
