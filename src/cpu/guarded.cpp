@@ -16,7 +16,9 @@ size_t page_size() {
   return page;
 }
 size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
-constexpr size_t kHugePagesFrom = size_t(4) << 20;
+#ifdef MADV_HUGEPAGE
+constexpr size_t kHugePagesFrom = size_t(4) << 20;  // device memory from this size asks for huge pages
+#endif
 
 // PROT_NONE and uncommitted: address space only.
 char* reserve(size_t bytes) {
