@@ -13,9 +13,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
-import time
 import warnings
 from pathlib import Path
 from typing import Callable, Optional
@@ -23,6 +21,7 @@ from typing import Callable, Optional
 import numpy as np
 
 import metalkit as mk
+from metalkit import _bench
 from metalkit._bench import ratio
 
 HERE = Path(__file__).resolve().parent
@@ -67,16 +66,9 @@ def opencl_call(dev, name: str, global_size, local_size, args, outputs) -> Calla
 
 
 def timed(run: Callable[[], object], reps: int) -> tuple[float, float]:
-    """Seconds per call over `reps` samples, after a warm-up call: the median wall time, and the
-    least CPU time of this process (all its threads), which other processes inflate less."""
+    """metalkit._bench.timed after a warm-up call (which also compiles)."""
     run()
-    wall, cpu = [], []
-    for _ in range(reps):
-        t, c = time.perf_counter(), time.process_time()
-        run()
-        wall.append(time.perf_counter() - t)
-        cpu.append(time.process_time() - c)
-    return statistics.median(wall), min(cpu)
+    return _bench.timed(run, reps)
 
 
 def workloads(lib: mk.Library, rng: np.random.Generator):

@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
-import time
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -26,6 +24,7 @@ import numpy as np
 
 import metalkit as mk
 from cpu_opencl import CpuOpenCL, open_devices
+from metalkit._bench import timed
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests"))  # the corpus recipes' launch helpers
@@ -61,18 +60,6 @@ class Row:
         self.seconds: Optional[float] = None
         self.cpu: Optional[float] = None
         self.note = ""
-
-
-def timed(run: Callable[[], object], reps: int) -> tuple[float, float]:
-    """Median wall seconds of `reps` calls, and the least CPU seconds of one (all threads of this
-    process: other processes on the machine inflate it less)."""
-    samples, cpu = [], []
-    for _ in range(reps):
-        t, c = time.perf_counter(), time.process_time()
-        run()
-        samples.append(time.perf_counter() - t)
-        cpu.append(time.process_time() - c)
-    return statistics.median(samples), min(cpu)
 
 
 Setup = Callable[[], tuple[Callable[[], object], Callable[[], None]]]

@@ -1,6 +1,7 @@
 """Measurements shared by ``python -m metalkit bench`` and ``bench/``."""
 from __future__ import annotations
 
+import statistics
 import time
 from typing import Callable
 
@@ -11,6 +12,18 @@ ONE_THREAD_SRC = """
 using namespace metal;
 kernel void touch(device float* x [[buffer(0)]], uint i [[thread_position_in_grid]]) { x[i] += 1.0f; }
 """
+
+
+def timed(run: Callable[[], object], reps: int) -> tuple[float, float]:
+    """Median wall seconds of ``reps`` calls, and the least CPU seconds of one (all threads of this
+    process: other processes on the machine inflate it less)."""
+    wall, cpu = [], []
+    for _ in range(reps):
+        t, c = time.perf_counter(), time.process_time()
+        run()
+        wall.append(time.perf_counter() - t)
+        cpu.append(time.process_time() - c)
+    return statistics.median(wall), min(cpu)
 
 
 def times(r: float) -> str:
