@@ -645,6 +645,17 @@ kernel void deref_array(device const float* in [[buffer(0)]], device float* out 
     out[i] = total + *(buf + 1) + buf[0] + rows[1][1];
 }
 
+// An array named only as a[i] and *(a + i), with an index that differs between lanes and a write
+// under a mask: SIMT code stores it element-major (each element's lanes side by side).
+kernel void lane_indexed_array(device const float* in [[buffer(0)]], device float* out [[buffer(1)]],
+                               uint i [[thread_position_in_grid]], uint l [[thread_index_in_simdgroup]]) {
+    float acc[4];
+    for (uint k = 0; k < 4; ++k) *(acc + k) = in[i] + float(k);
+    if (l % 3 == 0) acc[l % 4] *= 2.0f;
+    const float total = simd_sum(acc[(l + 1) % 4]);
+    out[i] = total + acc[0] + *(acc + 1) + 3.0f * acc[2] + acc[3];
+}
+
 // simd_sum of a value every lane has: one value for the SIMD-group, used by later statements.
 kernel void uniform_simd_result(device const float* in [[buffer(0)]], device float* out [[buffer(1)]],
                                 uint i [[thread_position_in_grid]]) {
@@ -671,6 +682,30 @@ def test_local_arrays_through_pointer_arithmetic_are_per_lane(device, model, rng
         want[s] = (x[s] + 1).sum() + 2 * x[s] + (x[s] + 1) + x[s] * x[s]
     per_simdgroup(n, tg, ref)
     np.testing.assert_allclose(out, want, rtol=1e-5)
+
+
+@pytest.mark.parametrize("n,tg", N_TG)
+@pytest.mark.parametrize("model", MODELS + ["threads"])
+def test_a_local_array_indexed_per_lane(device, model, rng, n, tg):
+    lib = build_as(PRIVATE, "private.metal", model)
+    check_model(lib.lane_indexed_array, model)
+    x = rng.random(n, dtype=np.float32)
+    out = np.zeros(n, np.float32)
+    lib.lane_indexed_array(x, out, threadgroup=tg)
+    want = np.zeros(n, np.float32)
+
+    def ref(lanes, s):
+        acc = x[s, None] + np.arange(4, dtype=np.float32)
+        doubled = lanes % 3 == 0
+        acc[doubled, lanes[doubled] % 4] *= 2
+        total = acc[lanes, (lanes + 1) % 4].sum()
+        want[s] = total + acc[:, 0] + acc[:, 1] + 3 * acc[:, 2] + acc[:, 3]
+    per_simdgroup(n, tg, ref)
+    np.testing.assert_allclose(out, want, rtol=1e-5)
+    if model == "simt":  # the same bits as the reference model
+        ref_out = np.zeros(n, np.float32)
+        build_as(PRIVATE, "private.metal", "threads").lane_indexed_array(x, ref_out, threadgroup=tg)
+        np.testing.assert_array_equal(out, ref_out)
 
 
 @pytest.mark.parametrize("n,tg", N_TG)

@@ -58,6 +58,16 @@ template <class T, unsigned long N> struct lanes<T[N]> {
   __MK_F __row& operator[](unsigned l) { return reinterpret_cast<__row*>(__raw)[l]; }
   __MK_F void init_default(unsigned l) { init_default_at((*this)[l]); }
 };
+// A per-lane array element-major: element i of lane l at i * 32 + l, so one element of every lane
+// is a contiguous run (the transform picks it for arrays named only as `a[i]` or `*(a + i)`).
+template <class T> struct lane_columns;
+template <class T, unsigned long N> struct lane_columns<T[N]> {
+  alignas(T) unsigned char __raw[sizeof(T) * N * 32];
+  __MK_F T& at(unsigned l, long i) { return reinterpret_cast<T*>(__raw)[i * 32 + l]; }
+  __MK_F void init_default(unsigned l) {
+    for (unsigned long i = 0; i < N; ++i) init_default_at(at(l, (long)i));
+  }
+};
 // Copies an array value into one lane's array (arrays with initializers).
 template <class T, unsigned long N> __MK_F void copy(T (&d)[N], const T (&s)[N]) {
   for (unsigned long i = 0; i < N; ++i) d[i] = s[i];
@@ -270,6 +280,7 @@ __MK_F void barrier(frame& f, unsigned m, const char* file, int line, int column
 
 }  // namespace simt
 template <class T> using lanes = simt::lanes<T>;
+template <class T> using lane_columns = simt::lane_columns<T>;
 }  // namespace mk
 
 // The SIMT twin of a function passed as a template argument (a function pointer has no name to

@@ -26,7 +26,7 @@ from ..passes.callgraph import LOG_METHODS, Reach
 from ..passes.params import BUILTINS
 from . import functions, names as names_mod, regions, scan, steps
 from .analysis import Function
-from .emit import LANES, Emitter
+from .emit import LANE_LOOP, LANES, Emitter
 from .resolve import Var
 from .syntax import Parser
 from .unsupported import Unsupported
@@ -355,12 +355,19 @@ class _HelperPlan:
             self.code = (f" {twin} {struct_head} struct {tag} {{ "
                          f"template <class... __A> static void call({params}) {e.text()} }};")
             return
+        # The full-mask version is inlined into its caller with its lane loops unrolled: every
+        # lane's value then has a constant index and a reference parameter a known target, so the
+        # compiler keeps them in registers (a fragment goes from the caller's per-lane values into
+        # the matrix and back without passing through memory or arrays of pointers).
+        body = e.text()
+        full = body.replace(LANE_LOOP, f'_Pragma("clang loop unroll(full)") {LANE_LOOP}')
         args = "__f, __m, __ret, static_cast<__A&&>(__a)..."
+        inline = "__attribute__((always_inline))"
         self.code = (f" {twin} {struct_head} struct {tag} {{ "
-                     f"template <bool __full, class... __A> static void __mk_body({params}) {{ "
-                     f"if (__full) __m = ~0u; {e.text()} }} "
-                     f"template <class... __A> static void call({params}) {{ "
-                     f"if (__m == ~0u) __mk_body<true>({args}); else __mk_body<false>({args}); }} }};")
+                     f"template <class... __A> {inline} static void __mk_full({params}) {{ __m = ~0u; {full} }} "
+                     f"template <class... __A> static void __mk_any({params}) {body} "
+                     f"template <class... __A> {inline} static void call({params}) {{ "
+                     f"if (__m == ~0u) __mk_full({args}); else __mk_any({args}); }} }};")
 
     def apply(self) -> None:
         self.unit.src.insert_after(self.f.body[1], self.code)

@@ -16,7 +16,8 @@ from .effects import Info
 from .regions import Piece
 from .unsupported import Unsupported
 
-LANES = "for (unsigned __l = 0; __l < 32u; ++__l) if (__m >> __l & 1u)"
+LANE_LOOP = "for (unsigned __l = 0; __l < 32u; ++__l)"
+LANES = LANE_LOOP + " if (__m >> __l & 1u)"
 # Lane shapes with loops of their own, and when they hold (simt.h's frame::init_positions):
 # 32: lane l's x position is the SIMD-group's first x + l; 16, 8: the SIMD-group covers rows of
 # that many threads of a 16- or 8-wide threadgroup, lane l at column l % w of row l / w.
@@ -28,15 +29,20 @@ STDLIB_TWINS = {f"{scope}_{op}" for scope in ("simd", "quad")
     "simdgroup_load", "simdgroup_store", "simdgroup_multiply", "simdgroup_multiply_accumulate"}
 
 
+def _expressions(node) -> list:
+    """Every expression in a statement, outer ones first."""
+    if isinstance(node, sx.Expr):
+        return list(node.walk())
+    if isinstance(node, list):
+        return [e for x in node for e in _expressions(x)]
+    if isinstance(node, (sx.Stmt, sx.Declarator)):
+        return [e for k, v in vars(node).items() if k != "var" for e in _expressions(v)]
+    return []
+
+
 def _divisions(node) -> list:
     """The `/`, `%`, `/=` and `%=` expressions in a statement, outer ones first."""
-    if isinstance(node, sx.Expr):
-        return [e for e in node.walk() if isinstance(e, sx.Binary) and e.op in ("/", "%", "/=", "%=")]
-    if isinstance(node, list):
-        return [e for x in node for e in _divisions(x)]
-    if isinstance(node, (sx.Stmt, sx.Declarator)):
-        return [e for k, v in vars(node).items() if k != "var" for e in _divisions(v)]
-    return []
+    return [e for e in _expressions(node) if isinstance(e, sx.Binary) and e.op in ("/", "%", "/=", "%=")]
 
 
 class Emitter:
@@ -50,6 +56,7 @@ class Emitter:
         self.fixed: tuple[int, bool] | None = None  # (shape, full mask) of the loop version being written
         self.has_result = has_result
         self.frags: dict[int, list[str]] = {}
+        self._columns: dict[int, tuple] | None = None
         self.cursor = fn.body.a
         self.serial = 0
         self.subst: dict[int, tuple[int, object]] = {}  # first token -> (last token, lane -> text)
@@ -72,6 +79,30 @@ class Emitter:
             self.div_open.setdefault(e.a, []).append((f"mk::simt::{helper}(", e.b))
             self.div_op[e.lhs.b + 1], self.div_end[e.lhs.b + 1] = e.a, e.b
             self.div_close.setdefault(e.b, []).insert(0, e.a)
+
+    def columns(self) -> dict[int, tuple]:
+        """Per-lane arrays stored element-major (`mk::lane_columns`): element i of every lane is
+        contiguous, so a statement on `a[i]` is a vector load or store across the lanes (tinygrad's
+        accumulators, `*(acc + 3) = ...`), where rows per lane make it a transpose. An array qualifies
+        if it is one-dimensional, declared without initializer and named only as `a[i]` or `*(a + i)`
+        (nothing sees its layout). The first token of each such use -> (array, i, last token)."""
+        if self._columns is not None:
+            return self._columns
+        uses: dict[int, tuple] = {}  # first token -> (the array's Name, index, last token)
+        for e in _expressions(self.fn.body):
+            if isinstance(e, sx.Index) and isinstance(e.obj, sx.Name):
+                uses[e.a] = (e.obj, e.idx, e.b)
+            elif isinstance(e, sx.Unary) and e.op == "*" and not e.postfix and isinstance(e.operand, sx.Paren) \
+                    and isinstance(e.operand.inner, sx.Binary) and e.operand.inner.op == "+" \
+                    and isinstance(e.operand.inner.lhs, sx.Name):
+                uses[e.a] = (e.operand.inner.lhs, e.operand.inner.rhs, e.b)
+        ok = {id(v) for v in self.fn.name_var.values()
+              if v.lanes and v.array and v.dims == 1 and not v.addressed and v.decl is not None
+              and v.decl.init is None and v.decl.init_kind == "" and v.decl.ptr[1] < v.decl.ptr[0]}
+        named = {n.a for n, _, _ in uses.values()}
+        ok -= {id(v) for t, v in self.fn.name_var.items() if t != v.decl_tok and t not in named}
+        self._columns = {k: (n.var, off, end) for k, (n, off, end) in uses.items() if id(n.var) in ok}
+        return self._columns
 
     # ---------------------------------------------------------------- output
     def put(self, tok: int, text: str) -> None:
@@ -113,6 +144,14 @@ class Emitter:
             if i in self.div_op and self.div_op[i] >= a and self.div_end[i] <= b:
                 out.append((i, ","))
                 i += 1
+                continue
+            if i in self.columns():
+                v, off, end = self.columns()[i]
+                if lane is None:
+                    raise Unsupported(i, f"'{v.name}' differs between lanes where every lane must agree")
+                out += [(i, f"{v.name}.at({lane}, (")] + self.texts_of(off.a, off.b, lane) + [(end, "))")]
+                out += [(end, ")") for first in self.div_close.get(end, ()) if first >= a]
+                i = end + 1
                 continue
             v = fn.name_var.get(i)
             w = self.toks[i].text
@@ -289,7 +328,7 @@ class Emitter:
         w = self.shape
         active = active and not self.full
         if w in (0, 32):
-            return LANES if active else "for (unsigned __l = 0; __l < 32u; ++__l)"
+            return LANES if active else LANE_LOOP
         return (f"for (unsigned __r = 0; __r < {32 // w}u; ++__r) for (unsigned __c = 0; __c < {w}u; ++__c) "
                 f"if (const unsigned __l = __r * {w}u + __c; {'__m >> __l & 1u' if active else 'true'})")
 
@@ -440,7 +479,8 @@ class Emitter:
         return f"{name}.set({lane}, {self.expr(dc.init, lane)});"
 
     def lanes_decl(self, dc: sx.Declarator, d: sx.Decl) -> str:
-        return f"mk::lanes<{self.lanes_type(dc, d)}> {self.toks[dc.name].text};"
+        columns = any(v is dc.var for v, _, _ in self.columns().values())
+        return f"mk::{'lane_columns' if columns else 'lanes'}<{self.lanes_type(dc, d)}> {self.toks[dc.name].text};"
 
     def lanes_type(self, dc: sx.Declarator, d: sx.Decl) -> str:
         words = [self.src.text_of(k) for k in range(d.type[0], d.type[1] + 1)
