@@ -360,6 +360,22 @@ kernel void wrapped(device float* d [[buffer(0)]], device const float* a [[buffe
     d[i] = out[0];
     d[i + 1] = out[1];
 }
+// Loads (transposed when lane 0 returned), the product operator, a product and a store inside a
+// wrapper: under a partial mask, its twin's operations run lane by lane in rolled loops.
+void ops(device float* d, device const float* a, device const float* b, bool tr) {
+    simdgroup_float8x8 A, B;
+    simdgroup_load(A, a, 8, ulong2(0), tr);
+    simdgroup_load(B, b);
+    simdgroup_float8x8 P = A * B;
+    simdgroup_multiply(A, P, B);
+    simdgroup_store(A, d);
+}
+kernel void wrapped_ops(device float* d [[buffer(0)]], device const float* a [[buffer(1)]],
+                        device const float* b [[buffer(2)]], constant uint& live [[buffer(3)]],
+                        uint lane [[thread_index_in_simdgroup]]) {
+    if (!(live >> lane & 1u)) return;
+    ops(d, a, b, (live & 1u) == 0u);
+}
 """
 
 
@@ -372,6 +388,19 @@ def test_a_fragment_wrapper_under_a_full_and_a_partial_mask(rng, live):
     held = np.zeros((8, 8), bool)
     held[ROW[on], COL[on]] = held[ROW[on], COL[on] + 1] = True
     want = np.where(held, a, 0) @ np.where(held, b, 0) + c
+    np.testing.assert_array_equal(got, np.where(held, want, 9))
+
+
+@pytest.mark.parametrize("live", [0xFFFFFFFF, 0x0F0F0F0F, 0x7FFFFFFE])
+def test_loads_products_and_stores_in_a_wrapper_under_a_partial_mask(rng, live):
+    on = (live >> LANE & 1).astype(bool)
+    a, b = (rng.integers(-4, 5, (8, 8)).astype(np.float32) for _ in range(2))
+    d = np.full((8, 8), 9, np.float32)
+    (got,) = run_models(WRAPPER, "wrapped_ops", [d], a, b, np.uint32(live), grid=32, threadgroup=32)
+    held = np.zeros((8, 8), bool)
+    held[ROW[on], COL[on]] = held[ROW[on], COL[on] + 1] = True
+    h = lambda x: np.where(held, x, 0)  # noqa: E731 (the elements the live lanes hold)
+    want = h(h(a.T if live & 1 == 0 else a) @ h(b)) @ h(b)
     np.testing.assert_array_equal(got, np.where(held, want, 9))
 
 

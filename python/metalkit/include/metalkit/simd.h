@@ -33,6 +33,13 @@
 namespace mk {
 namespace simt {
 template <class Tag, class R> struct tag;  // simt.h
+// A mask that never holds every lane (simt.h's twin_mask): the simdgroup_matrix twins then run
+// rolled loops, which keep a small helper's seldom run partial-mask version small (most of the
+// compile time of a kernel of many fragment products was there); other twins take the mask.
+struct partial_mask {
+  unsigned m;
+  __MK_F operator unsigned() const { return m; }
+};
 }
 }  // namespace mk
 

@@ -277,6 +277,27 @@ __MK_F void sgm_tile_mma(sgm_tile &d, AA &a, unsigned m, const sgm_tile &b, cons
   }
 }
 
+// The same for a partial mask lane by lane, in rolled loops (small code, for a small helper's
+// partial-mask version): lane l's two elements of a * b (+ c) into out[l].
+#define __MK_SGM_ROLLED _Pragma("clang loop unroll(disable) vectorize(disable)")
+template <bool HasC, class AA, class BA, class CA>
+__MK_F void sgm_lanes_mma(float (&out)[32][2], unsigned m, AA &a, BA &b, CA &c) {
+  __MK_SGM_ROLLED for (unsigned l = 0; l < 32u; ++l) {
+    if (!(m >> l & 1u)) continue;
+    const unsigned r = sgm_row(l), c0 = sgm_col(l);
+    __MK_SGM_ROLLED for (unsigned j = 0; j < 2u; ++j) {
+      float acc = HasC ? float(c(l).__e[j]) : 0.0f;
+      __MK_SGM_ROLLED for (unsigned k = 0; k < 8u; ++k) {
+        const unsigned la = sgm_lane(r, k), lb = sgm_lane(k, c0 + j);
+        const float x = m >> la & 1u ? float(a(la).__e[k & 1u]) : 0.0f;
+        const float y = m >> lb & 1u ? float(b(lb).__e[j]) : 0.0f;
+        acc = __builtin_fmaf(x, y, acc);
+      }
+      out[l][j] = acc;
+    }
+  }
+}
+
 template <class X, class... Y> __MK_F X &sgm_first(X &x, Y &...) { return x; }
 template <bool HasC> struct sgm_mma_twin {
   template <bool Full, class DA, class AA, class BA, class CA>
@@ -292,6 +313,14 @@ template <bool HasC> struct sgm_mma_twin {
     auto &cc = sgm_first(c..., a);  // c, or any accessor when there is none
     if (m == ~0u) run<true>(m, d, a, b, cc);
     else run<false>(m, d, a, b, cc);
+  }
+  template <class F, class Res, class DA, class AA, class BA, class... CA>
+  __MK_F static void call(F &, mk::simt::partial_mask p, Res *, DA &&d, AA &&a, BA &&b, CA &&...c) {
+    typedef typename remove_reference<decltype(d(0u))>::type::__elem D;
+    float out[32][2];
+    sgm_lanes_mma<HasC>(out, p.m, a, b, sgm_first(c..., a));
+    __MK_SGM_ROLLED for (unsigned l = 0; l < 32u; ++l)  // after every read: d may be a, b or c
+      if (p.m >> l & 1u) d(l).__e = vec<D, 2>(D(out[l][0]), D(out[l][1]));
   }
 };
 struct sgm_product_twin {
@@ -313,6 +342,18 @@ struct sgm_product_twin {
   __MK_F static void call(F &, unsigned m, Res *res, AA &&a, BA &&b) {
     if (m == ~0u) run<true>(m, res, a, b);
     else run<false>(m, res, a, b);
+  }
+  template <class F, class Res, class AA, class BA>
+  __MK_F static void call(F &, mk::simt::partial_mask p, Res *res, AA &&a, BA &&b) {
+    typedef typename remove_reference<decltype(a(0u))>::type::__elem T;
+    float out[32][2];
+    sgm_lanes_mma<false>(out, p.m, a, b, a);
+    __MK_SGM_ROLLED for (unsigned l = 0; l < 32u; ++l)
+      if (p.m >> l & 1u) {
+        simdgroup_matrix<T, 8, 8> x;
+        x.__e = vec<T, 2>(T(out[l][0]), T(out[l][1]));
+        res->set(l, x);
+      }
   }
 };
 
@@ -383,15 +424,42 @@ template <bool Store> struct sgm_copy_twin {
     }
     _Pragma("unroll") for (unsigned l = 0; l < 32u; ++l) lane(l);
   }
-  template <class F, class Res, class DA, class PA, class... R>
-  __MK_F static void call(F &, unsigned m, Res *, DA &&d, PA &&p, R &&...rest) {
+  // A partial mask's copy in a rolled loop (a small helper's partial-mask version).
+  template <class DA, class PA, class EA, class OA, class TA>
+  __MK_F static void run_rolled(unsigned m, DA &d, PA &p, EA &epr, OA &org, TA &tr) {
+    typedef typename remove_reference<decltype(d(0u))>::type::__elem T;
+    typedef conditional_t<Store, T *, const T *> P;
+    __MK_SGM_ROLLED for (unsigned l = 0; l < 32u; ++l)
+      if (m >> l & 1u) {
+        const ulong e = epr(l);
+        const ulong2 o = org(l);
+        const P ptr = P(p(l)) + (o.y * e + o.x);
+        if constexpr (Store) sgm_store_lane(d(l), ptr, e, tr(l), l);
+        else sgm_load_lane(d(l), ptr, e, tr(l), l);
+      }
+  }
+  template <bool Rolled, class DA, class PA, class EA, class OA, class TA>
+  __MK_F static void go(unsigned m, DA &d, PA &p, EA &epr, OA &org, TA &tr) {
+    if constexpr (Rolled) run_rolled(m, d, p, epr, org, tr);
+    else run(m, d, p, epr, org, tr);
+  }
+  template <bool Rolled, class DA, class PA, class... R>
+  __MK_F static void dispatch(unsigned m, DA &d, PA &p, R &...rest) {
     const auto epr = [](unsigned) { return ulong(8); };
     const auto org = [](unsigned) { return ulong2(0); };
     const auto no = [](unsigned) { return false; };
-    if constexpr (sizeof...(R) == 0) run(m, d, p, epr, org, no);
-    else if constexpr (sizeof...(R) == 1) run(m, d, p, rest..., org, no);
-    else if constexpr (sizeof...(R) == 2) run(m, d, p, rest..., no);
-    else run(m, d, p, rest...);
+    if constexpr (sizeof...(R) == 0) go<Rolled>(m, d, p, epr, org, no);
+    else if constexpr (sizeof...(R) == 1) go<Rolled>(m, d, p, rest..., org, no);
+    else if constexpr (sizeof...(R) == 2) go<Rolled>(m, d, p, rest..., no);
+    else go<Rolled>(m, d, p, rest...);
+  }
+  template <class F, class Res, class DA, class PA, class... R>
+  __MK_F static void call(F &, unsigned m, Res *, DA &&d, PA &&p, R &&...rest) {
+    dispatch<false>(m, d, p, rest...);
+  }
+  template <class F, class Res, class DA, class PA, class... R>
+  __MK_F static void call(F &, mk::simt::partial_mask pm, Res *, DA &&d, PA &&p, R &&...rest) {
+    dispatch<true>(pm.m, d, p, rest...);
   }
 };
 

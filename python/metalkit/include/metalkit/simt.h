@@ -107,6 +107,12 @@ template <class Tag, class R> struct tag {
   typedef Tag type;
   typedef R result;
 };
+// The mask a twin is called with: as it is, or, from a small helper's version for a partial
+// mask (`__mk_partial`), marked so (partial_mask, simd.h), since it never holds every lane there.
+template <bool Partial> __MK_F auto twin_mask(unsigned m) {
+  if constexpr (Partial) return partial_mask{m};
+  else return m;
+}
 template <class R> struct ret_lanes { typedef lanes<R> type; };
 template <class R> struct ret_lanes<const R> { typedef lanes<R> type; };
 struct none {};

@@ -258,7 +258,8 @@ class _KernelPlan:
 
     def prepare(self) -> None:
         e, f = self.emitter, self.f
-        prologue = ["mk::simt::frame& __f = *mk::simt::current_frame; unsigned __m = __f.alive, __rt = 0u; (void)__rt;"]
+        prologue = ["mk::simt::frame& __f = *mk::simt::current_frame; unsigned __m = __f.alive, __rt = 0u; (void)__rt;",
+                    _partial_decl(False)]
         if any(v.lanes and v.builtin.startswith("thread_position") for v in self.fn.params):
             prologue.append("const bool __affine = __f.affine; (void)__affine; "
                             "const unsigned __rows = __f.rows; (void)__rows;")
@@ -292,6 +293,11 @@ class _KernelPlan:
 
 
 SMALL_HELPER = 16  # statements of a helper whose twin gets a version for a full mask
+
+
+def _partial_decl(partial: bool) -> str:
+    """The declaration telling a body's twin calls whether its mask never holds every lane."""
+    return f"constexpr bool __mk_partial = {'true' if partial else 'false'};"
 
 
 class _HelperPlan:
@@ -353,8 +359,10 @@ class _HelperPlan:
         params = f"mk::simt::frame& __f, unsigned __m, mk::simt::ret_lanes_t<{ret}>* __ret, __A&&... __a"
         if not self.full_twin:
             self.code = (f" {twin} {struct_head} struct {tag} {{ "
-                         f"template <class... __A> static void call({params}) {e.text()} }};")
+                         f"template <class... __A> static void call({params}) {{ {_partial_decl(False)} {e.text()} }} }};")
             return
+        # The partial-mask version (never every lane) marks the mask it passes to twins, whose
+        # simdgroup_matrix operations then run rolled loops (mk::simt::twin_mask).
         # The full-mask version is inlined into its caller with its lane loops unrolled: every
         # lane's value then has a constant index and a reference parameter a known target, so the
         # compiler keeps them in registers (a fragment goes from the caller's per-lane values into
@@ -364,8 +372,9 @@ class _HelperPlan:
         args = "__f, __m, __ret, static_cast<__A&&>(__a)..."
         inline = "__attribute__((always_inline))"
         self.code = (f" {twin} {struct_head} struct {tag} {{ "
-                     f"template <class... __A> {inline} static void __mk_full({params}) {{ __m = ~0u; {full} }} "
-                     f"template <class... __A> static void __mk_any({params}) {body} "
+                     f"template <class... __A> {inline} static void __mk_full({params}) {{ "
+                     f"__m = ~0u; {_partial_decl(False)} {full} }} "
+                     f"template <class... __A> static void __mk_any({params}) {{ {_partial_decl(True)} {body} }} "
                      f"template <class... __A> {inline} static void call({params}) {{ "
                      f"if (__m == ~0u) __mk_full({args}); else __mk_any({args}); }} }};")
 

@@ -600,7 +600,7 @@ class Emitter:
         else:
             call0 = f"{callee0}({', '.join(args0)})"
         return (f"[&](auto __t) __attribute__((always_inline)) -> typename mk::simt::twin_of<decltype({call0})>::type "
-                f"{{ decltype({call0})::type::call(__f, __m, &{res}"
+                f"{{ decltype({call0})::type::call(__f, mk::simt::twin_mask<__mk_partial>(__m), &{res}"
                 f"{''.join(', ' + x for x in accs)}); }}")
 
     def twin_callee(self, h, f, accs: list[str]) -> str | None:
