@@ -89,6 +89,18 @@ __MK_F unsigned pack(const bool (&b)[32]) {
   return __builtin_bit_cast(unsigned, __builtin_convertvector(v != (unsigned char)0, bits32));
 }
 
+// The lanes [eq_first, eq_end) where a uint position base + lane may equal c. An integer c (as
+// `uint == c` converts it) picks at most one: 32 consecutive uints differ. Any other type (a
+// float rounds, so several lanes may match) keeps all 32; the caller tests each lane it runs.
+template <class C> __MK_F unsigned eq_first(unsigned base, const C& c) {
+  if constexpr (__is_integral(C)) return unsigned(c) - base;
+  else return 0u;
+}
+template <class C> __MK_F unsigned eq_end(unsigned base, const C& c) {
+  if constexpr (__is_integral(C)) return unsigned(c) - base < 32u ? unsigned(c) - base + 1u : 0u;
+  else return 32u;
+}
+
 // ---- SIMT helper functions ----
 // A helper that reaches a SIMD-group function or barrier keeps its definition (for kernels run
 // as fibers) and gains a twin declaration, `__mk_simt_<name>`, with the same parameters and this

@@ -325,13 +325,40 @@ class Emitter:
             parts.append(f"{elem}(__b_{v.name}_z)")
         return f"{v.type_text}({', '.join(parts)})"
 
+    def one_lane_loop(self, stmts, k: int) -> str | None:
+        """The lane loop of a region that is one `if (p == v)` (no else), for a uint position p
+        that is base + lane and a uniform integer v (a literal or a name): at most one lane passes
+        (32 consecutive uints differ), so the loop runs from that lane alone, found in closed form
+        (mk::simt::eq_first/eq_end), and the if still tests it. As a loop over all lanes, the
+        compiler turns one lane's store into a vector scatter."""
+        s = stmts[0]
+        if self.shape != 32 or len(stmts) != 1 or not isinstance(s, sx.If) or s.els is not None \
+                or s.constexpr or not isinstance(s.cond, sx.Binary) or s.cond.op != "==":
+            return None
+        for pos, val in ((s.cond.lhs, s.cond.rhs), (s.cond.rhs, s.cond.lhs)):
+            v = self.fn.name_var.get(pos.a) if isinstance(pos, sx.Name) and pos.a == pos.b else None
+            if v is None or not v.affine or v.vector or v.type_text not in ("uint", "unsigned", "unsigned int"):
+                continue
+            if val.a != val.b or val.a in self.subst or val.a in self.fn.member_toks:
+                continue
+            t = self.toks[val.a]
+            w = self.fn.name_var.get(val.a)
+            if not (t.kind == "num" or (t.kind == "id" and isinstance(val, sx.Name) and
+                                        (w is None or (w.uniform and not w.lanes and not w.affine)))):
+                continue
+            c = self.render(val.a, val.b, None)
+            test = "" if self.full else " if (__m >> __l & 1u)"
+            return (f"for (unsigned __l = mk::simt::eq_first(__b_{v.name}, {c}), __le{k} = "
+                    f"mk::simt::eq_end(__b_{v.name}, {c}); __l < __le{k}; ++__l){test}")
+        return None
+
     def region_loop(self, stmts) -> set[str]:
         """One lane loop running stmts; returns the mask variables its jumps set."""
         k = self.new()
         outer_end, outer_jumps = self.region_end, self.region_jumps
         self.region_end, self.region_jumps = f"__mk_e{k}", set()
         self.loops.append(("R", None, False))
-        self.put(stmts[0].a, f"{self.lanes_loop()} {{ {{")
+        self.put(stmts[0].a, f"{self.one_lane_loop(stmts, k) or self.lanes_loop()} {{ {{")
         for s in stmts:
             self.lane_stmt(s)
         self.loops.pop()
