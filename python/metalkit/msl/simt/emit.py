@@ -549,22 +549,43 @@ class Emitter:
                 callee = self.expr(h.callee, "__l")
                 callee0 = self.expr(h.callee, "0")
                 operands = h.args
-            args = [self.expr(a, "__l") for a in operands]
             args0 = [self.expr(a, "0") for a in operands]
-            plain = f"{callee}({', '.join(args)})"
-            siteful = f"{callee}({', '.join(args + ['__s'])})"
             d = f"decltype({callee0}({', '.join(args0)}))"
             if self.fn.effects.logs(h):  # a helper that logs: each lane's call is told its lane
+                plain = f"{callee}({', '.join(self.expr(a, '__l') for a in operands)})"
                 code.append(f"mk::simt::ret_lanes_t<{d}> {res}; (void){res}; mk::simt::invoke_logging<{d}>(__m, &{res}, "
                             f"[&](unsigned __l) __attribute__((always_inline)) -> decltype(auto) {{ return {plain}; }});")
                 self.subst[h.a] = (h.b, lambda lane, r=res: f"{r}[{lane}]")
                 continue
-            twin = self.twin(h, res, args, operands)
-            code.append(f"mk::simt::ret_lanes_t<{d}> {res}; (void){res}; mk::simt::invoke<{d}>(__f, __m, &{res}, "
+
+            def invoke() -> str:
+                args = [self.expr(a, "__l") for a in operands]
+                plain = f"{callee}({', '.join(args)})"
+                siteful = f"{callee}({', '.join(args + ['__s'])})"
+                return (f"mk::simt::invoke<{d}>(__f, __m, &{res}, "
                         f"[&](unsigned __l, auto __s) __attribute__((always_inline)) -> decltype({siteful}) {{ return {siteful}; }}, "
-                        f"[&](unsigned __l) __attribute__((always_inline)) -> decltype(auto) {{ return {plain}; }}, {twin});")
+                        f"[&](unsigned __l) __attribute__((always_inline)) -> decltype(auto) {{ return {plain}; }}, "
+                        f"{self.twin(h, res, args, operands)});")
+            code.append(f"mk::simt::ret_lanes_t<{d}> {res}; (void){res};")
+            # Arguments indexed by a scalar position (simd_sum(x[i])): in rows of 32 they are read as
+            # base + lane, contiguous loads rather than gathers. Only for the library's functions:
+            # a user helper's twin would be compiled twice, and vector positions (a tile shape per
+            # call) would multiply the code of matrix kernels.
+            if self.fixed is None and self.shapes(operands) == [32] and not self.user_helper(h):
+                self.shape = 32
+                code.append(f"if ({SHAPES[32]}) {{ {invoke()} }} else {{")
+                self.shape = 0
+                code.append(f"{invoke()} }}")
+            else:
+                code.append(invoke())
             self.subst[h.a] = (h.b, lambda lane, r=res: f"{r}[{lane}]")
         return " ".join(code)
+
+    def user_helper(self, h) -> bool:
+        """Whether h calls a function of the user's that reaches a SIMD-group function, or one
+        passed as a template argument."""
+        effects = self.fn.effects
+        return effects.callee_name(h) in effects.sync_names or bool(effects.through_tparam(h))
 
     def twin(self, h, res: str, args: list[str], operands: list) -> str:
         """The lambda calling the SIMT twin of the function h calls: a user function's, one of STDLIB_TWINS
