@@ -42,6 +42,15 @@ template <class T> struct lanes {
     ::new ((void*)&reinterpret_cast<T*>(__raw)[l]) T{static_cast<A&&>(a)...};
   }
   __MK_F void init_default(unsigned l) { init_default_at(reinterpret_cast<T*>(__raw)[l]); }
+  // Lane l's slot: f() if `on`, else T() for a type that has one. Storing every lane lets later
+  // vector loads of the slots take them from the store, which stores under a mask would stall.
+  template <class F> __MK_F void set_if(unsigned l, bool on, F&& f) {
+    if constexpr (__is_trivially_copyable(T) && __is_constructible(T)) {
+      set(l, on ? T(f()) : T());
+    } else if (on) {
+      set(l, f());
+    }
+  }
 };
 // A reference per lane: bound once, then every use goes through it.
 template <class T> struct lanes<T&> {

@@ -503,7 +503,11 @@ class Emitter:
                 lhs = self.expr(e.lhs, '__l')
                 store = (f"mk::simt::{'quot_to' if e.op == '/=' else 'rem_to'}({lhs}, __v{k}[__l])"
                          if e.op in ("/=", "%=") else f"{lhs} {e.op} __v{k}[__l]")
-                return f"{lanes} __v{k}.set(__l, {self.expr(e.rhs, '__l')}); {lanes} {store};"
+                # The reads fill every lane's slot (inactive ones with a zero, where the type has
+                # one): the writes' vector loads of them are then served from the stores.
+                read = (f"__v{k}.set_if(__l, __m >> __l & 1u, [&]() __attribute__((always_inline)) -> "
+                        f"decltype(auto) {{ return ({self.expr(e.rhs, '__l')}); }})")
+                return f"{self.lanes_loop(active=False)} {read}; {lanes} {store};"
             code = self.by_shape([s], phases)
             self.put(s.a, f"{{ mk::lanes<mk::simt::auto_t<decltype(({rhs0}))>> __v{k}; {code} }}")
             return
