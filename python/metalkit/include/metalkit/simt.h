@@ -110,6 +110,25 @@ template <class C> __MK_F unsigned eq_end(unsigned base, const C& c) {
   else return 32u;
 }
 
+// The lanes where a uint position base + lane (no wrap) is below c (`p < c`), or at most c if
+// `inclusive`: the first n lanes. `p < c` compares in uint for an integer c of 32 bits or less
+// (c converted), in c's type for 64 bits; exact_compare says which types are done here.
+template <class E, class C = typename decay<E>::type>
+constexpr bool exact_compare = __is_integral(C) && sizeof(C) <= 8;
+template <class C> __MK_F unsigned lanes_below(unsigned base, const C& c, bool inclusive) {
+  long long d;  // c - base in the comparison's type, kept within [-1, 32]
+  if constexpr (sizeof(C) <= 4) {
+    d = (long long)(unsigned)c - (long long)base;
+  } else if constexpr (__is_signed(C)) {
+    d = (long long)c < (long long)base ? -1 : ((long long)c - (long long)base > 32 ? 32 : (long long)c - (long long)base);
+  } else {
+    const unsigned long long u = (unsigned long long)c;
+    d = u < base ? -1 : (u - base > 32u ? 32 : (long long)(u - base));
+  }
+  const long long n = inclusive ? d + 1 : d;
+  return n <= 0 ? 0u : n >= 32 ? ~0u : (1u << n) - 1u;
+}
+
 // ---- SIMT helper functions ----
 // A helper that reaches a SIMD-group function or barrier keeps its definition (for kernels run
 // as fibers) and gains a twin declaration, `__mk_simt_<name>`, with the same parameters and this

@@ -325,17 +325,14 @@ class Emitter:
             parts.append(f"{elem}(__b_{v.name}_z)")
         return f"{v.type_text}({', '.join(parts)})"
 
-    def one_lane_loop(self, stmts, k: int) -> str | None:
-        """The lane loop of a region that is one `if (p == v)` (no else), for a uint position p
-        that is base + lane and a uniform integer v (a literal or a name): at most one lane passes
-        (32 consecutive uints differ), so the loop runs from that lane alone, found in closed form
-        (mk::simt::eq_first/eq_end), and the if still tests it. As a loop over all lanes, the
-        compiler turns one lane's store into a vector scatter."""
-        s = stmts[0]
-        if self.shape != 32 or len(stmts) != 1 or not isinstance(s, sx.If) or s.els is not None \
-                or s.constexpr or not isinstance(s.cond, sx.Binary) or s.cond.op != "==":
+    def position_compare(self, cond, ops: tuple) -> tuple | None:
+        """(position, op, value) when cond is `p op v` or `v op p` (op in ops; the op returned reads
+        with p first) for a uint position p that is base + lane in rows of 32 and a uniform value v
+        that is one token (a literal or a name): conditions whose lanes are known in closed form."""
+        if self.shape != 32 or not isinstance(cond, sx.Binary) or cond.op not in ops:
             return None
-        for pos, val in ((s.cond.lhs, s.cond.rhs), (s.cond.rhs, s.cond.lhs)):
+        mirror = {"<": ">", ">": "<", "<=": ">=", ">=": "<=", "==": "=="}
+        for pos, val, op in ((cond.lhs, cond.rhs, cond.op), (cond.rhs, cond.lhs, mirror[cond.op])):
             v = self.fn.name_var.get(pos.a) if isinstance(pos, sx.Name) and pos.a == pos.b else None
             if v is None or not v.affine or v.vector or v.type_text not in ("uint", "unsigned", "unsigned int"):
                 continue
@@ -343,14 +340,26 @@ class Emitter:
                 continue
             t = self.toks[val.a]
             w = self.fn.name_var.get(val.a)
-            if not (t.kind == "num" or (t.kind == "id" and isinstance(val, sx.Name) and
-                                        (w is None or (w.uniform and not w.lanes and not w.affine)))):
-                continue
-            c = self.render(val.a, val.b, None)
-            test = "" if self.full else " if (__m >> __l & 1u)"
-            return (f"for (unsigned __l = mk::simt::eq_first(__b_{v.name}, {c}), __le{k} = "
-                    f"mk::simt::eq_end(__b_{v.name}, {c}); __l < __le{k}; ++__l){test}")
+            if t.kind == "num" or (t.kind == "id" and isinstance(val, sx.Name) and
+                                   (w is None or (w.uniform and not w.lanes and not w.affine))):
+                return v, op, self.render(val.a, val.b, None)
         return None
+
+    def one_lane_loop(self, stmts, k: int) -> str | None:
+        """The lane loop of a region that is one `if (p == v)` (no else; see position_compare): at
+        most one lane passes (32 consecutive uints differ), so the loop runs from that lane alone,
+        found in closed form (mk::simt::eq_first/eq_end), and the if still tests it. As a loop over
+        all lanes, the compiler turns one lane's store into a vector scatter."""
+        s = stmts[0]
+        if len(stmts) != 1 or not isinstance(s, sx.If) or s.els is not None or s.constexpr:
+            return None
+        found = self.position_compare(s.cond, ("==",))
+        if found is None:
+            return None
+        v, _, c = found
+        test = "" if self.full else " if (__m >> __l & 1u)"
+        return (f"for (unsigned __l = mk::simt::eq_first(__b_{v.name}, {c}), __le{k} = "
+                f"mk::simt::eq_end(__b_{v.name}, {c}); __l < __le{k}; ++__l){test}")
 
     def region_loop(self, stmts) -> set[str]:
         """One lane loop running stmts; returns the mask variables its jumps set."""
@@ -724,9 +733,18 @@ class Emitter:
         pre = self.hoist(inf.hoists) if inf.hoists else ""
         # A flag for every lane (cond evaluated for the active ones), then one pack: OR-ing bits
         # lane by lane vectorises into a slow horizontal OR.
-        loop = self.by_shape([cond], lambda: f"{self.lanes_loop(active=False)} __b{var}[__l] = "
-                                             f"(__m >> __l & 1u) && ({self.expr(cond, '__l')});")
-        code = f"{pre} unsigned {var}; {{ bool __b{var}[32]; {loop} {var} = mk::simt::pack(__b{var}); }}"
+        def packed() -> str:
+            loop = (f"{self.lanes_loop(active=False)} __b{var}[__l] = (__m >> __l & 1u) && "
+                    f"({self.expr(cond, '__l')}); {var} = mk::simt::pack(__b{var});")
+            found = self.position_compare(cond, ("<", "<=", ">", ">="))
+            if found is None:
+                return loop
+            # p < v for p = base + lane: a run of lanes from the first, or to the last for >, >=.
+            v, op, c = found
+            runs = f"mk::simt::lanes_below(__b_{v.name}, {c}, {'true' if op in ('<=', '>') else 'false'})"
+            closed = f"__m & {'~' if op in ('>', '>=') else ''}{runs}"
+            return f"if constexpr (mk::simt::exact_compare<decltype({c})>) {var} = {closed}; else {{ {loop} }}"
+        code = f"{pre} unsigned {var}; {{ bool __b{var}[32]; (void)__b{var}; {self.by_shape([cond], packed)} }}"
         for h in inf.hoists:
             del self.subst[h.a]
         return code
