@@ -41,7 +41,7 @@ struct SimdSlot {
 
 // One threadgroup being run. Lives per OS thread; reused group after group.
 struct Group {
-  FiberStacks stacks;
+  FiberStacks stacks{thread_watch()};
   FiberContext main;
   std::vector<Fiber> fibers;
   std::vector<SimdSlot> slots;
@@ -541,7 +541,8 @@ void* rt_threadgroup_storage(const void* key, mk_u64 size, mk_u64 align, mk_u64 
 const mk_runtime runtime = {MK_ABI_VERSION,    run_group,      rt_barrier,       rt_simd_barrier,
                             rt_simd_exchange,  rt_fault,       run_simt_group,   rt_simt_diverged,
                             rt_simt_barrier,   rt_access,      rt_threadgroup_variable,
-                            rt_atomic,         rt_threadgroup_storage, rt_log};
+                            rt_atomic,         rt_threadgroup_storage, rt_log,
+                            rt_watched_access, fiber_arena()};
 
 }  // namespace
 
