@@ -246,6 +246,25 @@ def test_two_writes_of_the_same_value_do_not_race_and_of_different_values_do():
             "threadgroup (3, 0, 0) (28 times)") in str(e.value), str(e.value)
 
 
+@pytest.mark.parametrize("buffers", [8, 9])
+def test_a_race_on_the_last_of_many_written_buffers_is_found(buffers):
+    # A checked module calls the runtime only for accesses in the ranges it watches, eight at
+    # most: the last of eight written buffers is one of them; with nine, every access goes.
+    params = ", ".join(f"device float* b{k} [[buffer({k})]]" for k in range(buffers))
+    copies = "".join(f"    b{k}[i] = x[i];\n" for k in range(buffers - 1))
+    src = (f"kernel void many({params}, device const float* x [[buffer({buffers})]],\n"
+           "                 uint i [[thread_position_in_grid]], uint g [[threadgroup_position_in_grid]]) {\n"
+           f"{copies}    b{buffers - 1}[0] = x[g];                        // last\n}}\n")
+    x = np.random.default_rng(7).random(64).astype(np.float32)
+    outs = [np.zeros(64, np.float32) for _ in range(buffers)]
+    with pytest.raises(mk.KernelFault) as e:
+        run_checked(src, "many", *outs, x, grid=64, threadgroup=32, check="races")
+    last = line_of(src, "// last")
+    assert re.search(rf"data race between threadgroups \(two writes\) on device memory 'b{buffers - 1}' element 0: "
+                     rf"written at many.metal:{last} by threadgroup \(\d, 0, 0\), written at many.metal:{last}",
+                     str(e.value)), str(e.value)
+
+
 BROADCAST = """
 kernel void broadcast(device const float* x [[buffer(0)]], device float* y [[buffer(1)]],
                       uint i [[thread_position_in_grid]], uint lane [[thread_index_in_simdgroup]],

@@ -1473,3 +1473,97 @@ def test_shuffle_exposes_a_missing_barrier_between_simdgroups(device, rng, model
     again = np.zeros_like(x)
     lib.missing_barrier(x, again, threadgroup=tg, threadgroup_memory={0: tg * 4}, shuffle=3)
     np.testing.assert_array_equal(again, outs[3])
+
+
+# ---- one lane picked by `position == value` ------------------------------------------------------
+
+ONE_LANE = """
+// Each `if` picks at most one thread of the group: the SIMT code runs that lane alone, found from
+// the value, where the value is an integer; a float value keeps the test of every lane.
+kernel void pick(device const float* x [[buffer(0)]], device float* out [[buffer(1)]],
+                 constant uint& cu [[buffer(2)]], constant int& ci [[buffer(3)]],
+                 constant long& cl [[buffer(4)]], constant float& cf [[buffer(5)]],
+                 uint t [[thread_position_in_threadgroup]], uint i [[thread_position_in_grid]],
+                 uint g [[threadgroup_position_in_grid]]) {
+    threadgroup float sh[256];
+    sh[t] = x[i];
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    const int s = ci;
+    if (t == cu) out[6 * g + 0] = sh[t] + 1.0f;
+    if (s == t) out[6 * g + 1] = sh[t] + 2.0f;
+    if (t == cl) out[6 * g + 2] = sh[t] + 3.0f;
+    if (t == cf) out[6 * g + 3] = sh[t] + 4.0f;
+    if (t == 0) out[6 * g + 4] = sh[t] + 5.0f;
+    if (t == 37u) out[6 * g + 5] = sh[t] + 6.0f;
+}
+"""
+
+
+@pytest.mark.parametrize("tg", [32, 100, 256])
+@pytest.mark.parametrize("value", [0, 1, 31, 32, 37, 99, 100, 255, 256, -1, 2 ** 32 + 3])
+@pytest.mark.parametrize("model", MODELS + ["threads"])
+def test_an_if_on_position_equals_a_value_runs_the_one_lane(device, model, rng, tg, value):
+    lib = build_as(ONE_LANE, "one_lane.metal", model)
+    check_model(lib.pick, model)
+    groups = 3
+    n = groups * tg
+    x = rng.random(n, dtype=np.float32)
+    out = rng.random(6 * groups, dtype=np.float32)
+    want = out.copy()
+    u = value % 2 ** 32
+    as_int = value if -2 ** 31 <= value < 2 ** 31 else None
+    lib.pick(x, out, np.uint32(u), np.int32(as_int if as_int is not None else 7), np.int64(value),
+             np.float32(value), grid=n, threadgroup=tg)
+    for g in range(groups):
+        row = x[g * tg:(g + 1) * tg]
+        picks = [u, (as_int if as_int is not None else 7) % 2 ** 32, value, value, 0, 37]
+        for k, p in enumerate(picks):
+            if 0 <= p < tg:
+                want[6 * g + k] = row[p] + (k + 1)
+    np.testing.assert_array_equal(out, want)
+
+
+COMPARE = """
+// Conditions `position < value` (and <=, >, >=, either side) mask a masked statement; the SIMT
+// code finds their lanes in closed form where the value is an integer.
+kernel void compare(device uint* out [[buffer(0)]], constant uint& cu [[buffer(1)]],
+                    constant int& ci [[buffer(2)]], constant long& cl [[buffer(3)]],
+                    constant ulong& cul [[buffer(4)]], constant float& cf [[buffer(5)]],
+                    uint t [[thread_position_in_threadgroup]], uint i [[thread_position_in_grid]]) {
+    threadgroup uint f[256];
+    f[t] = 0u;
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    if (t < cu) f[t] |= 1u;
+    if (cu > t) f[t] |= 2u;
+    if (t <= ci) f[t] |= 4u;
+    if (t >= cl) f[t] |= 8u;
+    if (t > cul) f[t] |= 16u;
+    if (t < cf) f[t] |= 32u;
+    if (ci >= t) f[t] |= 64u;
+    if (t < 37) f[t] |= 128u;
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    out[i] = f[t];
+}
+"""
+
+
+@pytest.mark.parametrize("tg", [32, 100, 256])
+@pytest.mark.parametrize("value", [0, 1, 31, 32, 33, 99, 100, 255, 256, -1, -40, 2 ** 32 + 3, 2 ** 64 - 5])
+@pytest.mark.parametrize("model", MODELS + ["threads"])
+def test_conditions_comparing_a_position_with_a_value(device, model, tg, value):
+    lib = build_as(COMPARE, "compare.metal", model)
+    check_model(lib.compare, model)
+    groups = 3
+    n = groups * tg
+    out = np.zeros(n, np.uint32)
+    cu = value % 2 ** 32
+    ci = value if -2 ** 31 <= value < 2 ** 31 else -7
+    cl = value if -2 ** 63 <= value < 2 ** 63 else -2 ** 40
+    cul = value % 2 ** 64
+    cf = np.float32(value)
+    lib.compare(out, np.uint32(cu), np.int32(ci), np.int64(cl), np.uint64(cul), cf, grid=n, threadgroup=tg)
+    t = np.tile(np.arange(tg, dtype=np.int64), groups)
+    ci_u = ci % 2 ** 32  # uint <= int compares as uint
+    want = ((t < cu) * 1 | (cu > t) * 2 | (t <= ci_u) * 4 | (t >= cl) * 8 | (t > cul) * 16
+            | (t.astype(np.float32) < cf) * 32 | (ci_u >= t) * 64 | (t < 37) * 128)
+    np.testing.assert_array_equal(out, want.astype(np.uint32))

@@ -76,8 +76,17 @@ struct Memory {
   uint32_t group_epoch = 0;  // kernel-scope variables: the group that registered it last
 };
 
+// mk_watch::everything: always (unarmed, a trace, ranges beyond MK_WATCH_RANGES), or while one
+// of State's pending lists waits for the next access to settle it.
+constexpr unsigned kAlways = 1, kPending = 2;
+
 // This OS thread's checks, armed by an AccessScope.
 struct State {
+  State() { watch.state = this; }
+  State(const State&) = delete;
+  State& operator=(const State&) = delete;
+  mk_watch watch = {kAlways, 0, {}, {}, nullptr};  // what the module calls rt_access for
+  bool on = false;  // armed
   uint32_t checks = 0;
   AccessReport* report = nullptr;
   const RunningFiber* fiber = nullptr;  // the scheduler's, kept in step by it
@@ -132,6 +141,34 @@ State& state() {
 // finds no room left when Python loads the module after numpy.)
 thread_local State* armed = nullptr;
 
+// The ranges rt_access looks in, for the module's filter: threadgroup memory, and the device
+// bytes its checks watch. An access outside them would find nothing to do.
+void publish(State& s) {
+  mk_watch& w = s.watch;
+  bool over = false;
+  w.n = 0;
+  auto add = [&](uintptr_t lo, uint64_t size) {
+    if (w.n == MK_WATCH_RANGES) {
+      over = true;
+      return;
+    }
+    w.lo[w.n] = lo;
+    w.size[w.n++] = size;
+  };
+  for (const Memory& m : s.memory) add(m.lo, m.size);
+  if (s.report && (s.checks & kCheckUninit))
+    for (const AccessReport::Unwritten& u : s.report->unwritten()) add(u.lo, u.size);
+  if (s.report && (s.checks & (kCheckRaces | kCheckLockstep)))
+    for (const AccessReport::Device& d : s.report->devices()) add(d.lo, d.size);
+  const bool always = over || !s.on || (s.checks & kCheckTrace);
+  w.everything = (w.everything & kPending) | (always ? kAlways : 0);
+}
+
+// Once State's pending lists are empty, the module may filter again.
+void unpend(State& s) {
+  if (s.writes.empty() && s.reads.empty() && s.device_reads.empty()) s.watch.everything &= ~kPending;
+}
+
 Memory* memory_at(State& s, uintptr_t a) {
   for (Memory& m : s.memory)
     if (a - m.lo < m.size) return &m;
@@ -169,6 +206,7 @@ void noted_or_pending(State& s, const Finding& x, uintptr_t addr, uint64_t n) {
   State::PendingWrite p{x, addr, std::min<uint64_t>(n, 8), {}, s.accesses};
   std::memcpy(p.before, reinterpret_cast<const void*>(addr), p.n);
   s.writes.push_back(p);
+  s.watch.everything |= kPending;
 }
 
 // A race between threadgroups on a watched device buffer: `other` is the other group's linear index.
@@ -383,12 +421,16 @@ AccessScope::AccessScope(uint32_t checks, AccessReport* report, std::vector<Chec
     m.cells.resize((c.size + m.granule - 1) / m.granule);
     s.memory.push_back(std::move(m));
   }
-  armed = checks ? &s : nullptr;
+  s.on = checks != 0;
+  armed = s.on ? &s : nullptr;
+  publish(s);
 }
 
 AccessScope::~AccessScope() {
   armed = nullptr;
   State& s = state();
+  s.on = false;
+  s.watch.everything = kAlways;
   settle_writes(s);
   settle_reads(s);
   settle_device_reads(s);
@@ -414,6 +456,7 @@ namespace {
   x.elem_size = m.elem_size;
   x.lo = x.hi = k * m.granule;
   s.reads.push_back({x, size_t(&m - s.memory.data()), size_t(k), me, f.epoch, s.accesses});
+  s.watch.everything |= kPending;
   s.reads_epoch = f.epoch;
 }
 
@@ -442,6 +485,7 @@ namespace {
         x.lo = x.hi = u.offset + (k << u.shift);
         if (f.lanes == 1) {  // a thread of its own: settled when the interval ends (lockstep)
           s.device_reads.push_back({x, r, k, group, f.epoch, f.index, s.accesses});
+          s.watch.everything |= kPending;
           s.device_reads_epoch = f.epoch;
         } else {
           noted(s, x, s.accesses);
@@ -459,9 +503,9 @@ namespace {
 
 }  // namespace
 
-void rt_access(const void* addr, mk_u64 size, unsigned flags, const void* pc) {
-  if (!armed) return;
-  State& s = *armed;
+namespace {
+
+inline void access(State& s, const void* addr, mk_u64 size, unsigned flags, const void* pc) {
   const uintptr_t a = reinterpret_cast<uintptr_t>(addr);
   const RunningFiber& f = *s.fiber;
   if (!f.running) return;
@@ -472,6 +516,7 @@ void rt_access(const void* addr, mk_u64 size, unsigned flags, const void* pc) {
   if (!s.writes.empty()) settle_writes(s);
   if (!s.reads.empty() && s.reads_epoch != f.epoch) settle_reads(s);
   if (!s.device_reads.empty() && s.device_reads_epoch != f.epoch) settle_device_reads(s);
+  if (s.watch.everything & kPending) unpend(s);
   const bool write = flags & MK_ACCESS_WRITE, atomic = flags & MK_ACCESS_ATOMIC;
   const bool reads = !write || (flags & MK_ACCESS_UPDATE);
   // The call, not the instruction after it, as an offset from the module's code.
@@ -543,6 +588,19 @@ void rt_access(const void* addr, mk_u64 size, unsigned flags, const void* pc) {
   }
 }
 
+}  // namespace
+
+void rt_access(const void* addr, mk_u64 size, unsigned flags, const void* pc) {
+  if (armed) access(*armed, addr, size, flags, pc);
+}
+
+void rt_watched_access(const mk_watch* watch, const void* addr, mk_u64 size, unsigned flags, const void* pc) {
+  State& s = *static_cast<State*>(watch->state);
+  if (s.on) access(s, addr, size, flags, pc);
+}
+
+const mk_watch* thread_watch() { return &state().watch; }
+
 void rt_threadgroup_variable(const void* addr, mk_u64 size, mk_u64 elem_size, const char* name, int initialised) {
   if (!armed) return;
   State& s = *armed;
@@ -561,6 +619,7 @@ void rt_threadgroup_variable(const void* addr, mk_u64 size, mk_u64 elem_size, co
     fresh.cells.resize((size + fresh.granule - 1) / fresh.granule);
     s.memory.push_back(std::move(fresh));
     m = &s.memory.back();
+    publish(s);
   }
   if (m->group_epoch == f.group_epoch) return;
   m->group_epoch = f.group_epoch;

@@ -114,6 +114,9 @@ class AccessScope {
 // (registered once per threadgroup; `initialised`: it has an initializer, which the threadgroup
 // holds before any thread runs).
 void rt_access(const void* addr, mk_u64 size, unsigned flags, const void* pc);
+// The same from a stack of the fiber arena, which holds its OS thread's `watch` (thread_watch()).
+void rt_watched_access(const mk_watch* watch, const void* addr, mk_u64 size, unsigned flags, const void* pc);
+const mk_watch* thread_watch();
 void rt_threadgroup_variable(const void* addr, mk_u64 size, mk_u64 elem_size, const char* name, int initialised);
 mk_u64 rt_atomic(volatile void* addr, unsigned size, unsigned op, mk_u64 value, mk_u64* expected, const void* pc);
 

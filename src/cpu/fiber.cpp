@@ -3,6 +3,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <mutex>
+
 
 namespace mk {
 
@@ -140,32 +142,106 @@ static size_t page_size() {
   return p;
 }
 
+namespace {
+
+constexpr size_t kSlot = 2 * FiberStacks::kStackBytes;
+
+mk_fiber_arena arena_info = {0, 0};  // what modules read: constant once the arena is reserved
+
+// The arena's slots: handed out in order, kept when a thread's stacks go. Never freed, as
+// threads may end after static destruction.
+struct ArenaSlots {
+  std::mutex lock;
+  uint64_t next = 0;
+  std::vector<uint64_t> free;
+};
+
+ArenaSlots& arena_slots() {
+  static ArenaSlots* slots = [] {
+    // Address space only (the largest of a few sizes it allows); the slots start one stack
+    // above its start, so the first has its guard page below it too.
+    for (uint64_t gib = 64; gib >= 1; gib /= 2) {
+      const uint64_t size = gib << 30;
+      void* p = mmap(nullptr, size + 2 * kSlot, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+      if (p == MAP_FAILED) continue;
+      const uint64_t lo = (reinterpret_cast<uint64_t>(p) + FiberStacks::kStackBytes + kSlot - 1) & ~uint64_t(kSlot - 1);
+      // Modules on other threads may read these meanwhile: either word is whole, and size last.
+      __atomic_store_n(&arena_info.lo, lo, __ATOMIC_RELAXED);
+      __atomic_store_n(&arena_info.size, size, __ATOMIC_RELEASE);
+      break;
+    }
+    return new ArenaSlots;
+  }();
+  return *slots;
+}
+
+// A stack of the arena, made accessible, or null when it is full.
+char* arena_take() {
+  ArenaSlots& a = arena_slots();
+  uint64_t slot;
+  {
+    std::lock_guard<std::mutex> lk(a.lock);
+    if (!a.free.empty()) {
+      slot = a.free.back();
+      a.free.pop_back();
+    } else if ((a.next + 1) * kSlot <= arena_info.size) {
+      slot = a.next++;
+    } else {
+      return nullptr;
+    }
+  }
+  char* stack = reinterpret_cast<char*>(arena_info.lo + slot * kSlot);
+  if (mprotect(stack, FiberStacks::kStackBytes, PROT_READ | PROT_WRITE) == 0) return stack;
+  std::lock_guard<std::mutex> lk(a.lock);
+  a.free.push_back(slot);
+  return nullptr;
+}
+
+void arena_give(char* stack) {
+  // Inaccessible again, its pages dropped.
+  mmap(stack, FiberStacks::kStackBytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+  ArenaSlots& a = arena_slots();
+  std::lock_guard<std::mutex> lk(a.lock);
+  a.free.push_back((reinterpret_cast<uint64_t>(stack) - arena_info.lo) / kSlot);
+}
+
+}  // namespace
+
+const mk_fiber_arena* fiber_arena() { return &arena_info; }
+
 FiberStacks::~FiberStacks() {
-  for (char* b : blocks_) munmap(b, page_size() + 2 * kStackBytes);
+  for (const Block& b : blocks_)
+    if (b.arena) arena_give(b.stack);
+    else munmap(b.stack - page_size(), page_size() + 2 * kStackBytes);
 }
 
 void* FiberStacks::top(size_t i) {
   while (blocks_.size() <= i) {
-    size_t guard = page_size();
-    // Reserved whole, then the stack made accessible: below it a guard page, where an overflow
-    // faults; above it address space no other mapping can take (MK_FIBER_STACK_BYTES).
-    void* p = mmap(nullptr, guard + 2 * kStackBytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (p == MAP_FAILED) return nullptr;
-    if (mprotect(static_cast<char*>(p) + guard, kStackBytes, PROT_READ | PROT_WRITE) != 0) {
-      munmap(p, guard + 2 * kStackBytes);
-      return nullptr;
+    Block b{arena_take(), true};
+    if (!b.stack) {
+      size_t guard = page_size();
+      // Reserved whole, then the stack made accessible: below it a guard page, where an overflow
+      // faults; above it address space no other mapping can take (MK_FIBER_STACK_BYTES).
+      void* p = mmap(nullptr, guard + 2 * kStackBytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+      if (p == MAP_FAILED) return nullptr;
+      if (mprotect(static_cast<char*>(p) + guard, kStackBytes, PROT_READ | PROT_WRITE) != 0) {
+        munmap(p, guard + 2 * kStackBytes);
+        return nullptr;
+      }
+      b = {static_cast<char*>(p) + guard, false};
     }
-    blocks_.push_back(static_cast<char*>(p));
+    *reinterpret_cast<const void**>(b.stack + kStackBytes - MK_WATCH_SLOT) = watch_;
+    blocks_.push_back(b);
   }
   // Stacks start at different offsets within a page: page-aligned tops would put the hot frames
   // of every fiber in the same L1 cache sets, which then evict one another at each switch.
-  return blocks_[i] + page_size() + kStackBytes - (i * 17 % 64) * 64;
+  return blocks_[i].stack + kStackBytes - MK_WATCH_SLOT - (i * 17 % 64) * 64;
 }
 
 bool FiberStacks::in_guard(uintptr_t addr) const {
-  for (char* b : blocks_) {
-    uintptr_t lo = reinterpret_cast<uintptr_t>(b);
-    if (addr >= lo && addr < lo + page_size()) return true;
+  for (const Block& b : blocks_) {
+    uintptr_t lo = reinterpret_cast<uintptr_t>(b.stack);
+    if (addr >= lo - page_size() && addr < lo) return true;
   }
   return false;
 }

@@ -27,13 +27,20 @@ struct FiberContext {
 
 using FiberEntry = void (*)(void* arg);
 
+// The process's fiber arena (mk_fiber_arena): reserved when the first stack is asked for.
+const mk_fiber_arena* fiber_arena();
+
 // Stacks for the fibers of one worker thread: mmap'd once, reused by every
-// group it runs, each with a guard page below it so an overflow faults.
+// group it runs, each with a guard page below it so an overflow faults. Each holds `watch`
+// MK_WATCH_SLOT bytes below its end; they come from the fiber arena while it has room.
 class FiberStacks {
  public:
   // A SIMT SIMD-group keeps 32 lanes' locals: room for per-thread arrays of a few KiB.
   static constexpr size_t kStackBytes = MK_FIBER_STACK_BYTES;
+  explicit FiberStacks(const void* watch) : watch_(watch) {}
   ~FiberStacks();
+  FiberStacks(const FiberStacks&) = delete;
+  FiberStacks& operator=(const FiberStacks&) = delete;
   // The top of stack i (0-based), allocating more as needed; nullptr if the
   // system refuses more mappings (the caller reports it as a fault).
   void* top(size_t i);
@@ -41,7 +48,12 @@ class FiberStacks {
   bool in_guard(uintptr_t addr) const;
 
  private:
-  std::vector<char*> blocks_;  // each: guard page + stack + as much unmapped above it
+  struct Block {
+    char* stack;  // its lowest byte: a guard page below, as much unmapped above as it holds
+    bool arena;   // a slot of the fiber arena, else a mapping of its own
+  };
+  std::vector<Block> blocks_;
+  const void* watch_;
 };
 
 // Prepares ctx to start running entry(arg) on the stack whose top is stack_top.

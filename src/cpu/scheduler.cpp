@@ -41,7 +41,7 @@ struct SimdSlot {
 
 // One threadgroup being run. Lives per OS thread; reused group after group.
 struct Group {
-  FiberStacks stacks;
+  FiberStacks stacks{thread_watch()};
   FiberContext main;
   std::vector<Fiber> fibers;
   std::vector<SimdSlot> slots;
@@ -61,6 +61,9 @@ struct Group {
   bool direct = false;            // SIMD-groups of a SIMT kernel run one after another, without fibers
   bool strict = false;            // check=: a barrier not reached by whole SIMD-groups at one site is a fault
   uint32_t shuffle_seed = 0;
+  const std::atomic<bool>* stop = nullptr;  // the dispatch's stop flag (stop.h), read once per group
+  unsigned parked = 0;            // fibers 0..parked-1 wait at the end of fiber_main's loop (a
+                                  // group ended normally): resuming one runs a thread of the next
   std::string fault;              // set by a fiber that asks the scheduler to raise a fault
   RunningFiber now;               // what the access checks read, kept in step (set_current, set_running)
   std::vector<uint32_t> sg_epochs;  // per SIMD-group: simdgroup_barriers completed in this group
@@ -95,8 +98,10 @@ void resolve_strict_barrier(Group& g);
 // a barrier (one site, under check=). Releases them and begins the next round, whose first fiber
 // it returns; -1 for anything else (a fault, a divergence, a stop, the end), which the scheduler's
 // loop sorts out.
+bool stopping(const Group& g) { return g.stop && g.stop->load(std::memory_order_relaxed); }
+
 int next_round(Group& g) {
-  if (g.lanes == 1 || !g.fault.empty() || stop_requested()) return -1;  // a stop: the scheduler's loop raises it
+  if (g.lanes == 1 || !g.fault.empty() || stopping(g)) return -1;  // a stop: the scheduler's loop raises it
   const Fiber* lead = nullptr;
   for (unsigned i = 0; i < g.n; ++i) {
     const Fiber& f = g.fibers[i];
@@ -108,7 +113,8 @@ int next_round(Group& g) {
   ++g.now.epoch;
   for (unsigned i = 0; i < g.n; ++i)
     if (g.fibers[i].state == State::AtBarrier) g.fibers[i].state = State::Ready;
-  shuffle_order(g, g.round++);
+  if (g.shuffle_seed) shuffle_order(g, g.round);
+  ++g.round;
   for (unsigned j = 0; j < g.n; ++j)
     if (g.fibers[g.order[j]].state == State::Ready) return int(j);
   return -1;
@@ -137,16 +143,21 @@ void yield_from(Group& g, Fiber& f) {
   fiber_switch(f.ctx, g.main);
 }
 
+// A fiber runs a thread (or SIMD-group) of one group after another: once its group has ended
+// normally, run_fibers resumes it where it yielded, to run a thread of the next group, so a group
+// starts without new stack frames.
 void fiber_main(void* arg) {
   Group& g = *static_cast<Group*>(arg);
-  const unsigned i = g.current;  // set by whoever switched here
-  if (g.simt_fn)
-    g.simt_fn(g.ctx, i, &g);
-  else
-    g.fn(g.ctx, i);
-  g.fibers[i].state = State::Done;
-  --g.live;
-  yield_from(g, g.fibers[i]);
+  for (;;) {
+    const unsigned i = g.current;  // set by whoever switched here
+    if (g.simt_fn)
+      g.simt_fn(g.ctx, i, &g);
+    else
+      g.fn(g.ctx, i);
+    g.fibers[i].state = State::Done;
+    --g.live;
+    yield_from(g, g.fibers[i]);
+  }
 }
 
 std::string where(const char* file, int line) { return std::string(file ? file : "?") + ":" + std::to_string(line); }
@@ -371,6 +382,12 @@ void run_fibers(mk_thread_fn fn, mk_simt_fn simt_fn, void* ctx, const unsigned* 
     g.slots.resize(n);
   }
   g.at_simd = 0;
+  const FaultTrap* trap = current_trap();
+  g.stop = trap ? trap->stop : nullptr;
+  // Fibers parked by a group that ended normally go on from there; the others (new, or left
+  // anywhere by a fault or a stop) start afresh. None counts as parked until this group ends.
+  const unsigned parked = g.parked;
+  g.parked = 0;
   g.order.resize(n);
   unsigned nsg = (n + 31) / 32;
   g.sg_epochs.assign(lanes == 1 ? nsg : 0, 0);
@@ -378,6 +395,7 @@ void run_fibers(mk_thread_fn fn, mk_simt_fn simt_fn, void* ctx, const unsigned* 
   for (unsigned i = 0; i < n; ++i) {
     g.order[i] = i;
     g.fibers[i].state = State::Ready;
+    if (i < parked) continue;
     void* stack = g.stacks.top(i);
     if (!stack)
       raise_fault("cannot map " + std::to_string(n) + " fiber stacks for " + group_name() +
@@ -387,7 +405,7 @@ void run_fibers(mk_thread_fn fn, mk_simt_fn simt_fn, void* ctx, const unsigned* 
   set_running(g, true, false);
   g.round = 0;
   while (g.live > 0) {
-    if (stop_requested()) raise_stop();  // a round ends at barriers: a loop around one stops here
+    if (stopping(g)) raise_stop();  // a round ends at barriers: a loop around one stops here
     shuffle_order(g, g.round++);
     for (unsigned j = 0; j < n; ++j) {
       if (g.fibers[g.order[j]].state != State::Ready) continue;
@@ -416,6 +434,7 @@ void run_fibers(mk_thread_fn fn, mk_simt_fn simt_fn, void* ctx, const unsigned* 
       raise_fault("the threads of " + group_name() + " wait on one another and none can go on (a SIMD-group "
                   "function reached by only some threads of a group that also waits at a barrier)");
   }
+  g.parked = std::max(parked, n);  // every fiber returned to the end of fiber_main's loop
   set_running(g, false, false);
 }
 
@@ -451,8 +470,29 @@ void run_simt_group(mk_simt_fn fn, void* ctx, const unsigned* position, const un
 
 void rt_barrier(const char* file, int line, int column) { block(group(), State::AtBarrier, file, line, column); }
 
+// Called with the scheduler that runs the SIMD-group's fiber (block's check is moot). Every
+// SIMD-group of a round waits at a barrier, so the next in order is usually ready: that switch
+// is made here, in as few steps as it takes (set_current's work, for SIMD-group fibers).
 void rt_simt_barrier(void* scheduler, const char* file, int line, int column) {
-  block(*static_cast<Group*>(scheduler), State::AtBarrier, file, line, column);
+  Group& g = *static_cast<Group*>(scheduler);
+  Fiber* fibers = g.fibers.data();
+  Fiber& f = fibers[g.current];
+  f.state = State::AtBarrier;
+  f.file = file;
+  f.line = line;
+  f.column = column;
+  const unsigned j = g.k + 1;
+  if (j < g.n) {
+    const unsigned next = g.order[j];
+    if (fibers[next].state == State::Ready) {
+      g.k = j;
+      g.current = next;
+      g.now.index = next * 32u;
+      fiber_switch(f.ctx, fibers[next].ctx);
+      return;
+    }
+  }
+  yield_from(g, f);
 }
 
 mk_simd_view simd_meet(const void* value, unsigned size, bool barrier, const char* file, int line, int column) {
@@ -501,7 +541,8 @@ void* rt_threadgroup_storage(const void* key, mk_u64 size, mk_u64 align, mk_u64 
 const mk_runtime runtime = {MK_ABI_VERSION,    run_group,      rt_barrier,       rt_simd_barrier,
                             rt_simd_exchange,  rt_fault,       run_simt_group,   rt_simt_diverged,
                             rt_simt_barrier,   rt_access,      rt_threadgroup_variable,
-                            rt_atomic,         rt_threadgroup_storage, rt_log};
+                            rt_atomic,         rt_threadgroup_storage, rt_log,
+                            rt_watched_access, fiber_arena()};
 
 }  // namespace
 

@@ -91,6 +91,13 @@ kernel void k(device float* out, uint tid [[thread_position_in_grid]], uint l [[
     buf[l + 1] = buf[l];
     out[tid] = buf[l];
 }""",
+    "one_lane_if": """
+kernel void k(device float* out, threadgroup float* tmp, uint l [[thread_position_in_threadgroup]],
+              uint g [[threadgroup_position_in_grid]]) {
+    tmp[l] = out[g];
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    if (l == 0) out[g] = tmp[0];
+}""",
 }
 
 

@@ -8,7 +8,10 @@
 // before its launchers are appended, so macros from here would be gone.
 // MK_FIBER_STACK_BYTES: a fiber's stack, with as much unmapped address space above its top, so
 // an address within that distance above a frame of a fiber is the fiber's own stack.
-enum { MK_ABI_VERSION = 11, MK_SIMD_SLOT = 256, MK_FIBER_STACK_BYTES = 1 << 20 };
+// MK_WATCH_RANGES: the ranges an mk_watch holds; MK_WATCH_SLOT: where a stack of the fiber arena
+// keeps its mk_watch pointer, this many bytes below its end (above the fiber's first frame).
+enum { MK_ABI_VERSION = 12, MK_SIMD_SLOT = 256, MK_FIBER_STACK_BYTES = 1 << 20, MK_WATCH_RANGES = 8,
+       MK_WATCH_SLOT = 64 };
 
 #ifdef __cplusplus
 extern "C" {
@@ -142,6 +145,25 @@ typedef void (*mk_thread_fn)(void* ctx, unsigned thread_index);
 // simt_barrier it reaches (null when the SIMD-groups run one after another without fibers).
 typedef void (*mk_simt_fn)(void* ctx, unsigned sg, void* scheduler);
 
+// Checked modules: the memory whose accesses the runtime needs to see on one OS thread, so the
+// module calls it for those alone. `everything`: nonzero, every access (before a dispatch's checks
+// are armed, under a trace, with more ranges than fit, or while a finding waits to be settled at
+// the next access); else the accesses that start in [lo[i], lo[i] + size[i]) for some i < n.
+// `state`: the runtime's, for its access callback.
+typedef struct mk_watch {
+  unsigned everything, n;
+  mk_u64 lo[MK_WATCH_RANGES], size[MK_WATCH_RANGES];
+  void* state;
+} mk_watch;
+
+// The address space the runtime takes fibers' stacks from first (size 0 until the first is
+// made; they may come from elsewhere too): slots of 2 * MK_FIBER_STACK_BYTES from `lo`, each
+// starting with a stack whose mk_watch pointer lies MK_WATCH_SLOT bytes below its end. A frame
+// in it finds its OS thread's mk_watch without a thread-local lookup.
+typedef struct mk_fiber_arena {
+  mk_u64 lo, size;
+} mk_fiber_arena;
+
 typedef struct mk_runtime {
   int abi_version;
   // Runs the threads of one threadgroup (at `position`, of `size` threads per
@@ -184,6 +206,10 @@ typedef struct mk_runtime {
   void* (*threadgroup_storage)(const void* key, mk_u64 size, mk_u64 align, mk_u64 elem_size, const char* name);
   // Shader logging (<metal_logging>): one message of the calling thread, kept for the end of the dispatch.
   void (*log)(const struct mk_log_call* call);
+  // Checked modules: `access` for an access made on a stack of `fiber_arena`, given its OS
+  // thread's mk_watch (which says whether the runtime needs it at all).
+  void (*watched_access)(const mk_watch* watch, const void* addr, mk_u64 size, unsigned flags, const void* pc);
+  const mk_fiber_arena* fiber_arena;
 } mk_runtime;
 
 // One argument of a logged message, as C varargs pass it (float and half as double).

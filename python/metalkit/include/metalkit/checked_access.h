@@ -12,13 +12,29 @@ namespace metal {
 namespace __mk {
 __attribute__((no_sanitize("thread"), always_inline)) inline void checked(const volatile void* p, mk_u64 size,
                                                                            unsigned flags, const void* pc) {
+  typedef __UINTPTR_TYPE__ uptr;
+  const uptr a = reinterpret_cast<uptr>(p), fp = reinterpret_cast<uptr>(__builtin_frame_address(0));
   // A checked build runs on fibers' stacks only, with nothing mapped within MK_FIBER_STACK_BYTES
   // above a stack's top: an address that close above this frame is a caller's local variable
   // (a SIMD-group's lanes, say), which no other thread reaches, and needs no check.
-  if (reinterpret_cast<__UINTPTR_TYPE__>(p) - reinterpret_cast<__UINTPTR_TYPE__>(__builtin_frame_address(0)) <
-      MK_FIBER_STACK_BYTES)
+  if (a - fp < MK_FIBER_STACK_BYTES) return;
+  const mk_runtime* r = rt;
+  if (!r) return;  // null while it is being set
+  const mk_fiber_arena* arena = r->fiber_arena;
+  if (fp - arena->lo >= arena->size) {  // not a stack of the arena (launchers run on the OS thread's)
+    r->access(const_cast<const void*>(p), size, flags, pc);
     return;
-  if (rt) rt->access(const_cast<const void*>(p), size, flags, pc);  // null while it is being set
+  }
+  // The OS thread's mk_watch, from the top of this stack's slot: an access that starts outside
+  // its ranges would find nothing to check in the runtime.
+  const uptr slot = fp & ~uptr(2 * MK_FIBER_STACK_BYTES - 1);
+  const mk_watch* w = *reinterpret_cast<const mk_watch* const*>(slot + MK_FIBER_STACK_BYTES - MK_WATCH_SLOT);
+  if (!w->everything) {
+    unsigned i = 0;
+    while (i < w->n && a - w->lo[i] >= w->size[i]) ++i;
+    if (i == w->n) return;
+  }
+  r->watched_access(w, const_cast<const void*>(p), size, flags, pc);
 }
 }  // namespace __mk
 }  // namespace metal

@@ -188,6 +188,7 @@ template <class Body> struct simt_group {
   Body* body;
   bool fibers;
   metal::__mk::simt_exchange* x;  // the OS thread's
+  simt::frame** current;          // the OS thread's mk::simt::current_frame
 };
 
 template <class Body> void simt_sg(void* p, unsigned sg, void* scheduler) {
@@ -212,20 +213,22 @@ template <class Body> void simt_sg(void* p, unsigned sg, void* scheduler) {
   t.index_in_group = sg * 32u;
   t.pos_in_group = f.pos_in_group(0);
   t.pos_in_grid = f.pos_in_grid(0);
-  simt::current_frame = &f;
+  *c.current = &f;
   (*c.body)(t);
 }
 
 template <class Body>
 void run_groups_simt(const mk_dispatch* d, mk_u64 first, mk_u64 last, volatile mk_u64* at, int fibers,
                      Body body) {
-  metal::__mk::simt_exchange* const x = &simt::thread_exchange;  // a thread-local: looked up once
+  metal::__mk::simt_exchange* const x = &simt::thread_exchange;  // thread-locals: looked up once
+  simt::frame** const current = &simt::current_frame;
   for (mk_u64 g = first; g < last; ++g) {
     *at = g;
     simt_group<Body> c;
     c.body = &body;
     c.fibers = fibers != 0;
     c.x = x;
+    c.current = current;
     const u3 n = group_ids(d, g, c.t, c.base);
     const unsigned pos[3] = {c.t.group_pos.x, c.t.group_pos.y, c.t.group_pos.z}, size[3] = {n.x, n.y, n.z};
     metal::__mk::rt->run_simt_group(simt_sg<Body>, &c, pos, size, (n.x * n.y * n.z + 31u) / 32u, fibers);

@@ -189,9 +189,10 @@ template <class Op, bool Quad, class T> __MK_F T sg_reduce(const T &x, site s) {
 // where the exchange's two passes call the function per lane.
 template <class Op, bool Quad, class T> struct sg_reduce_twin {
   template <class F, class Res, class A> __MK_F static void call(F &, unsigned m, Res *res, A &&arg) {
+    // Every slot is stored (inactive lanes' arguments are not read, and their results never
+    // are): loads of the slots are then served from the stores, which stores under a mask stall.
     T v[32];
-    for (unsigned l = 0; l < 32u; ++l)
-      if (m >> l & 1u) v[l] = T(arg(l));
+    for (unsigned l = 0; l < 32u; ++l) v[l] = (m >> l & 1u) ? T(arg(l)) : T();
     constexpr unsigned n = Quad ? 4u : 32u;
     for (unsigned b = 0; b < 32u; b += n) {
       const unsigned full = Quad ? 0xFu << b : ~0u, mb = m & full;
@@ -202,8 +203,7 @@ template <class Op, bool Quad, class T> struct sg_reduce_twin {
       } else {
         for (unsigned k = mb & (mb - 1); k; k &= k - 1) r = Op()(r, v[__builtin_ctz(k)]);
       }
-      for (unsigned l = b; l < b + n; ++l)
-        if (mb >> l & 1u) res->set(l, r);
+      for (unsigned l = b; l < b + n; ++l) res->set(l, r);
     }
   }
 };

@@ -42,6 +42,15 @@ template <class T> struct lanes {
     ::new ((void*)&reinterpret_cast<T*>(__raw)[l]) T{static_cast<A&&>(a)...};
   }
   __MK_F void init_default(unsigned l) { init_default_at(reinterpret_cast<T*>(__raw)[l]); }
+  // Lane l's slot: f() if `on`, else T() for a type that has one. Storing every lane lets later
+  // vector loads of the slots take them from the store, which stores under a mask would stall.
+  template <class F> __MK_F void set_if(unsigned l, bool on, F&& f) {
+    if constexpr (__is_trivially_copyable(T) && __is_constructible(T)) {
+      set(l, on ? T(f()) : T());
+    } else if (on) {
+      set(l, f());
+    }
+  }
 };
 // A reference per lane: bound once, then every use goes through it.
 template <class T> struct lanes<T&> {
@@ -97,6 +106,37 @@ __MK_F unsigned pack(const bool (&b)[32]) {
   bytes32 v;
   __builtin_memcpy(&v, b, 32);
   return __builtin_bit_cast(unsigned, __builtin_convertvector(v != (unsigned char)0, bits32));
+}
+
+// The lanes [eq_first, eq_end) where a uint position base + lane may equal c. An integer c (as
+// `uint == c` converts it) picks at most one: 32 consecutive uints differ. Any other type (a
+// float rounds, so several lanes may match) keeps all 32; the caller tests each lane it runs.
+template <class C> __MK_F unsigned eq_first(unsigned base, const C& c) {
+  if constexpr (__is_integral(C)) return unsigned(c) - base;
+  else return 0u;
+}
+template <class C> __MK_F unsigned eq_end(unsigned base, const C& c) {
+  if constexpr (__is_integral(C)) return unsigned(c) - base < 32u ? unsigned(c) - base + 1u : 0u;
+  else return 32u;
+}
+
+// The lanes where a uint position base + lane (no wrap) is below c (`p < c`), or at most c if
+// `inclusive`: the first n lanes. `p < c` compares in uint for an integer c of 32 bits or less
+// (c converted), in c's type for 64 bits; exact_compare says which types are done here.
+template <class E, class C = typename decay<E>::type>
+constexpr bool exact_compare = __is_integral(C) && sizeof(C) <= 8;
+template <class C> __MK_F unsigned lanes_below(unsigned base, const C& c, bool inclusive) {
+  long long d;  // c - base in the comparison's type, kept within [-1, 32]
+  if constexpr (sizeof(C) <= 4) {
+    d = (long long)(unsigned)c - (long long)base;
+  } else if constexpr (__is_signed(C)) {
+    d = (long long)c < (long long)base ? -1 : ((long long)c - (long long)base > 32 ? 32 : (long long)c - (long long)base);
+  } else {
+    const unsigned long long u = (unsigned long long)c;
+    d = u < base ? -1 : (u - base > 32u ? 32 : (long long)(u - base));
+  }
+  const long long n = inclusive ? d + 1 : d;
+  return n <= 0 ? 0u : n >= 32 ? ~0u : (1u << n) - 1u;
 }
 
 // ---- SIMT helper functions ----

@@ -364,13 +364,49 @@ class Emitter:
             parts.append(f"{elem}(__b_{v.name}_z)")
         return f"{v.type_text}({', '.join(parts)})"
 
+    def position_compare(self, cond, ops: tuple) -> tuple | None:
+        """(position, op, value) when cond is `p op v` or `v op p` (op in ops; the op returned reads
+        with p first) for a uint position p that is base + lane in rows of 32 and a uniform value v
+        that is one token (a literal or a name): conditions whose lanes are known in closed form."""
+        if self.shape != 32 or not isinstance(cond, sx.Binary) or cond.op not in ops:
+            return None
+        mirror = {"<": ">", ">": "<", "<=": ">=", ">=": "<=", "==": "=="}
+        for pos, val, op in ((cond.lhs, cond.rhs, cond.op), (cond.rhs, cond.lhs, mirror[cond.op])):
+            v = self.fn.name_var.get(pos.a) if isinstance(pos, sx.Name) and pos.a == pos.b else None
+            if v is None or not v.affine or v.vector or v.type_text not in ("uint", "unsigned", "unsigned int"):
+                continue
+            if val.a != val.b or val.a in self.subst or val.a in self.fn.member_toks:
+                continue
+            t = self.toks[val.a]
+            w = self.fn.name_var.get(val.a)
+            if t.kind == "num" or (t.kind == "id" and isinstance(val, sx.Name) and
+                                   (w is None or (w.uniform and not w.lanes and not w.affine))):
+                return v, op, self.render(val.a, val.b, None)
+        return None
+
+    def one_lane_loop(self, stmts, k: int) -> str | None:
+        """The lane loop of a region that is one `if (p == v)` (no else; see position_compare): at
+        most one lane passes (32 consecutive uints differ), so the loop runs from that lane alone,
+        found in closed form (mk::simt::eq_first/eq_end), and the if still tests it. As a loop over
+        all lanes, the compiler turns one lane's store into a vector scatter."""
+        s = stmts[0]
+        if len(stmts) != 1 or not isinstance(s, sx.If) or s.els is not None or s.constexpr:
+            return None
+        found = self.position_compare(s.cond, ("==",))
+        if found is None:
+            return None
+        v, _, c = found
+        test = "" if self.full else " if (__m >> __l & 1u)"
+        return (f"for (unsigned __l = mk::simt::eq_first(__b_{v.name}, {c}), __le{k} = "
+                f"mk::simt::eq_end(__b_{v.name}, {c}); __l < __le{k}; ++__l){test}")
+
     def region_loop(self, stmts) -> set[str]:
         """One lane loop running stmts; returns the mask variables its jumps set."""
         k = self.new()
         outer_end, outer_jumps = self.region_end, self.region_jumps
         self.region_end, self.region_jumps = f"__mk_e{k}", set()
         self.loops.append(("R", None, False))
-        self.put(stmts[0].a, f"{self.lanes_loop()} {{ {{")
+        self.put(stmts[0].a, f"{self.one_lane_loop(stmts, k) or self.lanes_loop()} {{ {{")
         for s in stmts:
             self.lane_stmt(s)
         self.loops.pop()
@@ -516,7 +552,11 @@ class Emitter:
                 lhs = self.expr(e.lhs, '__l')
                 store = (f"mk::simt::{'quot_to' if e.op == '/=' else 'rem_to'}({lhs}, __v{k}[__l])"
                          if e.op in ("/=", "%=") else f"{lhs} {e.op} __v{k}[__l]")
-                return f"{lanes} __v{k}.set(__l, {self.expr(e.rhs, '__l')}); {lanes} {store};"
+                # The reads fill every lane's slot (inactive ones with a zero, where the type has
+                # one): the writes' vector loads of them are then served from the stores.
+                read = (f"__v{k}.set_if(__l, __m >> __l & 1u, [&]() __attribute__((always_inline)) -> "
+                        f"decltype(auto) {{ return ({self.expr(e.rhs, '__l')}); }})")
+                return f"{self.lanes_loop(active=False)} {read}; {lanes} {store};"
             code = self.by_shape([s], phases)
             self.put(s.a, f"{{ mk::lanes<mk::simt::auto_t<decltype(({rhs0}))>> __v{k}; {code} }}")
             return
@@ -562,22 +602,43 @@ class Emitter:
                 callee = self.expr(h.callee, "__l")
                 callee0 = self.expr(h.callee, "0")
                 operands = h.args
-            args = [self.expr(a, "__l") for a in operands]
             args0 = [self.expr(a, "0") for a in operands]
-            plain = f"{callee}({', '.join(args)})"
-            siteful = f"{callee}({', '.join(args + ['__s'])})"
             d = f"decltype({callee0}({', '.join(args0)}))"
             if self.fn.effects.logs(h):  # a helper that logs: each lane's call is told its lane
+                plain = f"{callee}({', '.join(self.expr(a, '__l') for a in operands)})"
                 code.append(f"mk::simt::ret_lanes_t<{d}> {res}; (void){res}; mk::simt::invoke_logging<{d}>(__m, &{res}, "
                             f"[&](unsigned __l) __attribute__((always_inline)) -> decltype(auto) {{ return {plain}; }});")
                 self.subst[h.a] = (h.b, lambda lane, r=res: f"{r}[{lane}]")
                 continue
-            twin = self.twin(h, res, args, operands)
-            code.append(f"mk::simt::ret_lanes_t<{d}> {res}; (void){res}; mk::simt::invoke<{d}>(__f, __m, &{res}, "
+
+            def invoke() -> str:
+                args = [self.expr(a, "__l") for a in operands]
+                plain = f"{callee}({', '.join(args)})"
+                siteful = f"{callee}({', '.join(args + ['__s'])})"
+                return (f"mk::simt::invoke<{d}>(__f, __m, &{res}, "
                         f"[&](unsigned __l, auto __s) __attribute__((always_inline)) -> decltype({siteful}) {{ return {siteful}; }}, "
-                        f"[&](unsigned __l) __attribute__((always_inline)) -> decltype(auto) {{ return {plain}; }}, {twin});")
+                        f"[&](unsigned __l) __attribute__((always_inline)) -> decltype(auto) {{ return {plain}; }}, "
+                        f"{self.twin(h, res, args, operands)});")
+            code.append(f"mk::simt::ret_lanes_t<{d}> {res}; (void){res};")
+            # Arguments indexed by a scalar position (simd_sum(x[i])): in rows of 32 they are read as
+            # base + lane, contiguous loads rather than gathers. Only for the library's functions:
+            # a user helper's twin would be compiled twice, and vector positions (a tile shape per
+            # call) would multiply the code of matrix kernels.
+            if self.fixed is None and self.shapes(operands) == [32] and not self.user_helper(h):
+                self.shape = 32
+                code.append(f"if ({SHAPES[32]}) {{ {invoke()} }} else {{")
+                self.shape = 0
+                code.append(f"{invoke()} }}")
+            else:
+                code.append(invoke())
             self.subst[h.a] = (h.b, lambda lane, r=res: f"{r}[{lane}]")
         return " ".join(code)
+
+    def user_helper(self, h) -> bool:
+        """Whether h calls a function of the user's that reaches a SIMD-group function, or one
+        passed as a template argument."""
+        effects = self.fn.effects
+        return effects.callee_name(h) in effects.sync_names or bool(effects.through_tparam(h))
 
     def twin(self, h, res: str, args: list[str], operands: list) -> str:
         """The lambda calling the SIMT twin of the function h calls: a user function's, one of STDLIB_TWINS
@@ -712,9 +773,18 @@ class Emitter:
         pre = self.hoist(inf.hoists) if inf.hoists else ""
         # A flag for every lane (cond evaluated for the active ones), then one pack: OR-ing bits
         # lane by lane vectorises into a slow horizontal OR.
-        loop = self.by_shape([cond], lambda: f"{self.lanes_loop(active=False)} __b{var}[__l] = "
-                                             f"(__m >> __l & 1u) && ({self.expr(cond, '__l')});")
-        code = f"{pre} unsigned {var}; {{ bool __b{var}[32]; {loop} {var} = mk::simt::pack(__b{var}); }}"
+        def packed() -> str:
+            loop = (f"{self.lanes_loop(active=False)} __b{var}[__l] = (__m >> __l & 1u) && "
+                    f"({self.expr(cond, '__l')}); {var} = mk::simt::pack(__b{var});")
+            found = self.position_compare(cond, ("<", "<=", ">", ">="))
+            if found is None:
+                return loop
+            # p < v for p = base + lane: a run of lanes from the first, or to the last for >, >=.
+            v, op, c = found
+            runs = f"mk::simt::lanes_below(__b_{v.name}, {c}, {'true' if op in ('<=', '>') else 'false'})"
+            closed = f"__m & {'~' if op in ('>', '>=') else ''}{runs}"
+            return f"if constexpr (mk::simt::exact_compare<decltype({c})>) {var} = {closed}; else {{ {loop} }}"
+        code = f"{pre} unsigned {var}; {{ bool __b{var}[32]; (void)__b{var}; {self.by_shape([cond], packed)} }}"
         for h in inf.hoists:
             del self.subst[h.a]
         return code
