@@ -94,12 +94,12 @@ inline void set_running(Group& g, bool running, bool direct) {
 void shuffle_order(Group& g, uint64_t round);
 void resolve_strict_barrier(Group& g);
 
+bool stopping(const Group& g) { return g.stop && g.stop->load(std::memory_order_relaxed); }
+
 // The usual end of a round of SIMD-group fibers (SIMT kernels): every live SIMD-group waits at
 // a barrier (one site, under check=). Releases them and begins the next round, whose first fiber
 // it returns; -1 for anything else (a fault, a divergence, a stop, the end), which the scheduler's
 // loop sorts out.
-bool stopping(const Group& g) { return g.stop && g.stop->load(std::memory_order_relaxed); }
-
 int next_round(Group& g) {
   if (g.lanes == 1 || !g.fault.empty() || stopping(g)) return -1;  // a stop: the scheduler's loop raises it
   const Fiber* lead = nullptr;
@@ -113,8 +113,7 @@ int next_round(Group& g) {
   ++g.now.epoch;
   for (unsigned i = 0; i < g.n; ++i)
     if (g.fibers[i].state == State::AtBarrier) g.fibers[i].state = State::Ready;
-  if (g.shuffle_seed) shuffle_order(g, g.round);
-  ++g.round;
+  shuffle_order(g, g.round++);
   for (unsigned j = 0; j < g.n; ++j)
     if (g.fibers[g.order[j]].state == State::Ready) return int(j);
   return -1;
@@ -470,28 +469,14 @@ void run_simt_group(mk_simt_fn fn, void* ctx, const unsigned* position, const un
 
 void rt_barrier(const char* file, int line, int column) { block(group(), State::AtBarrier, file, line, column); }
 
-// Called with the scheduler that runs the SIMD-group's fiber (block's check is moot). Every
-// SIMD-group of a round waits at a barrier, so the next in order is usually ready: that switch
-// is made here, in as few steps as it takes (set_current's work, for SIMD-group fibers).
+// Called with the scheduler that runs the SIMD-group's fiber, so block's check is moot.
 void rt_simt_barrier(void* scheduler, const char* file, int line, int column) {
   Group& g = *static_cast<Group*>(scheduler);
-  Fiber* fibers = g.fibers.data();
-  Fiber& f = fibers[g.current];
+  Fiber& f = g.fibers[g.current];
   f.state = State::AtBarrier;
   f.file = file;
   f.line = line;
   f.column = column;
-  const unsigned j = g.k + 1;
-  if (j < g.n) {
-    const unsigned next = g.order[j];
-    if (fibers[next].state == State::Ready) {
-      g.k = j;
-      g.current = next;
-      g.now.index = next * 32u;
-      fiber_switch(f.ctx, fibers[next].ctx);
-      return;
-    }
-  }
   yield_from(g, f);
 }
 

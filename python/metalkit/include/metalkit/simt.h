@@ -130,7 +130,8 @@ template <class C> __MK_F unsigned lanes_below(unsigned base, const C& c, bool i
   if constexpr (sizeof(C) <= 4) {
     d = (long long)(unsigned)c - (long long)base;
   } else if constexpr (__is_signed(C)) {
-    d = (long long)c < (long long)base ? -1 : ((long long)c - (long long)base > 32 ? 32 : (long long)c - (long long)base);
+    const long long v = (long long)c;
+    d = v < (long long)base ? -1 : (v - (long long)base > 32 ? 32 : v - (long long)base);
   } else {
     const unsigned long long u = (unsigned long long)c;
     d = u < base ? -1 : (u - base > 32u ? 32 : (long long)(u - base));
