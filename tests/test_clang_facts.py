@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import metalkit as mk
+from simd_order import tree_fold
 from conftest import build
 from metalkit.msl import clang_facts
 
@@ -112,14 +113,11 @@ def test_a_functor_calling_a_simd_function_is_seen(device, rng, n):
     kernel, (_, out) = run_both(FUNCTOR, "functor", x, np.zeros(n, np.float32), grid=n, threadgroup=64)
     assert kernel.execution == "fibers"
     assert kernel.execution_reason == "a SIMD-group function called through a callable object (<source>:5)"
-    # simd_sum folds its lanes first to last in float32 (metalkit's documented order): exact. A
-    # float64 sum with a tolerance failed on draws whose lanes nearly cancel.
-    def lane_order_sum(c):
-        total = np.float32(c[0])
-        for v in c[1:]:
-            total = np.float32(total + v)
-        return total
-    want = np.concatenate([np.full(len(c), lane_order_sum(c), np.float32) for c in np.split(x, range(32, n, 32))])
+    # simd_sum adds its lanes in float32 in metalkit's documented order (a pairwise tree): exact.
+    # A float64 sum with a tolerance failed on draws whose lanes nearly cancel.
+    def tree_sum(c):
+        return tree_fold([np.float32(v) for v in c] + [None] * (32 - len(c)), lambda a, b: a + b, np.float32)
+    want = np.concatenate([np.full(len(c), tree_sum(c), np.float32) for c in np.split(x, range(32, n, 32))])
     np.testing.assert_array_equal(out, want)
 
 

@@ -4,7 +4,8 @@ numpy references.
 SIMD-groups are 32 lanes (lane = thread_index_in_threadgroup % 32); threadgroups
 of 40 and 38 threads end with a short SIMD-group (8 and 6 lanes, the last quad of
 the latter half full), and random lanes return early. Reductions and prefix
-operations cover the active lanes, in lane order. Where the GPU leaves a result
+operations cover the active lanes: reductions in a pairwise tree over lane positions,
+prefix operations in lane order. Where the GPU leaves a result
 undefined (a read from an inactive or missing lane), metalkit returns the
 caller's own value: those lanes are checked on the CPU backend only.
 """
@@ -16,6 +17,7 @@ import numpy as np
 import pytest
 
 from conftest import build
+from simd_order import tree_fold
 
 import ml_dtypes  # a dependency of metalkit's
 
@@ -90,7 +92,10 @@ def ref_reduce(kind, a, live, n, tg, quad):
             lanes = [l for l in range(base, min(base + width, len(grp))) if live[grp[l]]]
             if prefix:
                 lanes = [l for l in lanes if (l <= lane if "inclusive" in kind else l < lane)]
-            if lanes:
+            if lanes and not prefix:  # reductions: a pairwise tree over the scope's positions
+                vals = [a[grp[l]] if l in lanes else None for l in range(base, base + width)]
+                out[g] = tree_fold(vals, op, lambda v: v.astype(a.dtype))
+            elif lanes:
                 out[g] = fold([a[grp[l]] for l in lanes], a.dtype, op)
             else:  # exclusive prefix in the first active lane
                 out[g] = 0 if "sum" in kind else 1
@@ -480,9 +485,10 @@ def test_divergent_branches_meet_separately(device, rng):
     np.testing.assert_array_equal(o, want)
 
 
-@pytest.mark.parametrize("device", ["cpu"], indirect=True)  # the GPU's summation order is not lane order
+@pytest.mark.parametrize("device", ["cpu"], indirect=True)  # the GPU's summation order may differ
 def test_half_sum_rounds_in_half(device):
-    """simd_sum(half) adds in half: 2048 + 32 ones stays 2048 when added in lane order."""
+    """simd_sum(half) adds in half, rounding after every addition: 2048 plus 31 ones gives 2078
+    in metalkit's tree (2048 + 1 rounds back to 2048), where a float32 sum rounds to 2080."""
     lib = build("""
     kernel void k(device const half* a [[buffer(0)]], device half* o [[buffer(1)]], uint i [[thread_position_in_grid]]) {
         o[i] = simd_sum(a[i]);
@@ -491,7 +497,9 @@ def test_half_sum_rounds_in_half(device):
     a[0] = 2048
     o = np.zeros_like(a)
     lib.k(a, o, grid=32, threadgroup=32)
-    assert (o == np.float16(2048)).all()
+    want = tree_fold(list(a), lambda x, y: x + y, np.float16)
+    assert want == np.float16(2078) and np.float16(a.astype(np.float32).sum()) == np.float16(2080)
+    assert (o == want).all()
 
 
 # ---- atomics --------------------------------------------------------------

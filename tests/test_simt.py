@@ -1524,12 +1524,13 @@ def test_an_if_on_position_equals_a_value_runs_the_one_lane(device, model, rng, 
 
 
 COMPARE = """
-// Conditions `position < value` (and <=, >, >=, either side) mask a masked statement; the SIMT
-// code finds their lanes in closed form where the value is an integer.
+// Conditions `position < value` (and <=, >, >=, ==, either side) mask a masked statement; the
+// SIMT code finds their lanes in closed form where the value is an integer.
 kernel void compare(device uint* out [[buffer(0)]], constant uint& cu [[buffer(1)]],
                     constant int& ci [[buffer(2)]], constant long& cl [[buffer(3)]],
                     constant ulong& cul [[buffer(4)]], constant float& cf [[buffer(5)]],
-                    uint t [[thread_position_in_threadgroup]], uint i [[thread_position_in_grid]]) {
+                    uint t [[thread_position_in_threadgroup]], uint i [[thread_position_in_grid]],
+                    uint lane [[thread_index_in_simdgroup]]) {
     threadgroup uint f[256];
     f[t] = 0u;
     threadgroup_barrier(mem_flags::mem_threadgroup);
@@ -1541,6 +1542,13 @@ kernel void compare(device uint* out [[buffer(0)]], constant uint& cu [[buffer(1
     if (t < cf) f[t] |= 32u;
     if (ci >= t) f[t] |= 64u;
     if (t < 37) f[t] |= 128u;
+    if (t == cu) f[t] |= 256u;
+    if (ci == t) f[t] |= 512u;
+    if (t == cl) f[t] |= 1024u;
+    if (cul == t) f[t] |= 2048u;
+    if (t == cf) f[t] |= 4096u;
+    if (t == 37) f[t] |= 8192u;
+    if (lane == cu) f[t] |= 16384u;
     threadgroup_barrier(mem_flags::mem_threadgroup);
     out[i] = f[t];
 }
@@ -1565,5 +1573,7 @@ def test_conditions_comparing_a_position_with_a_value(device, model, tg, value):
     t = np.tile(np.arange(tg, dtype=np.int64), groups)
     ci_u = ci % 2 ** 32  # uint <= int compares as uint
     want = ((t < cu) * 1 | (cu > t) * 2 | (t <= ci_u) * 4 | (t >= cl) * 8 | (t > cul) * 16
-            | (t.astype(np.float32) < cf) * 32 | (ci_u >= t) * 64 | (t < 37) * 128)
+            | (t.astype(np.float32) < cf) * 32 | (ci_u >= t) * 64 | (t < 37) * 128
+            | (t == cu) * 256 | (ci_u == t) * 512 | (t == cl) * 1024 | (cul == t) * 2048
+            | (t.astype(np.float32) == cf) * 4096 | (t == 37) * 8192 | (t % 32 == cu) * 16384)
     np.testing.assert_array_equal(out, want.astype(np.uint32))

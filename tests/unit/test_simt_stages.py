@@ -98,6 +98,19 @@ kernel void k(device float* out, threadgroup float* tmp, uint l [[thread_positio
     threadgroup_barrier(mem_flags::mem_threadgroup);
     if (l == 0) out[g] = tmp[0];
 }""",
+    "masked_one_lane_if": """
+kernel void k(device const float* x, device float* out, uint i [[thread_position_in_grid]],
+              uint g [[threadgroup_position_in_grid]], uint lane [[thread_index_in_simdgroup]],
+              uint sg [[simdgroup_index_in_threadgroup]]) {
+    threadgroup float part[32];
+    float s = simd_sum(x[i]);
+    if (lane == 0) part[sg] = s;
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    if (sg == 0) {
+        s = simd_sum(part[lane]);
+        if (lane == 0) out[g] = s;
+    }
+}""",
 }
 
 

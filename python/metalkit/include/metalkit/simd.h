@@ -8,9 +8,10 @@
 // choices made where Apple's GPUs leave them open:
 // - reductions and prefix operations cover active lanes only (lanes that
 //   returned early, lanes past the end of a short last SIMD-group, lanes that
-//   diverged elsewhere), folded in lane order, in the element type (half sums
-//   round after every addition); exclusive prefixes give 0 (sum) / 1 (product)
-//   in the first active lane;
+//   diverged elsewhere), in the element type (half sums round after every
+//   addition). Reductions fold as a GPU's log-step reduction does, a pairwise
+//   tree over lane positions (sg_tree); prefix operations fold in lane order.
+//   Exclusive prefixes give 0 (sum) / 1 (product) in the first active lane;
 // - reading a lane that is inactive or out of range (shuffle_down's upper
 //   delta lanes, shuffle_up's lower ones, a lane id >= 32) gives the caller's
 //   own value, which is what the spec says for shuffle_up/down;
@@ -153,12 +154,44 @@ struct op_max {
   }
 };
 
-// Folds the values of the lanes in mask, in lane order; empty gives init.
+// Folds the values of the lanes in mask, in lane order; empty gives init. The prefix
+// operations' order.
 template <class T, class Op> __MK_F T sg_fold(const sg_view &v, unsigned mask, const T &init, Op op) {
   if (!mask) return init;
   T r = v.get<T>(unsigned(__builtin_ctz(mask)));
   for (mask &= mask - 1; mask; mask &= mask - 1) r = op(r, v.get<T>(unsigned(__builtin_ctz(mask))));
   return r;
+}
+// The reductions' order: a pairwise tree over the n lanes from b, as a GPU reduces in log2(n)
+// steps. Adjacent lanes first (lower lane on the left), then pairs of pairs, so a simd_sum's
+// first two levels are its quads' quad_sum. A lane not in `present` (inactive, or past a short
+// SIMD-group's end) passes its partner's value up unchanged. At least one lane is present;
+// v[i] of the others is never read.
+template <class T, class Op> __MK_F T sg_tree(T *v, unsigned present, unsigned b, unsigned n, Op op) {
+  for (unsigned s = 1; s < n; s <<= 1)
+    for (unsigned i = b; i < b + n; i += 2 * s)
+      if (present >> (i + s) & 1u) {
+        v[i] = (present >> i & 1u) ? op(v[i], v[i + s]) : v[i + s];
+        present |= 1u << i;
+      }
+  return v[b];
+}
+// sg_tree of n lanes all present, v[0..n): each level into a new array, which stays in
+// registers (sg_tree's in-place updates went through memory).
+template <unsigned n, class T, class Op> __MK_F T sg_tree_full(const T *v, Op op) {
+  if constexpr (n == 1) {
+    return v[0];
+  } else {
+    T w[n / 2];
+    for (unsigned i = 0; i < n / 2; ++i) w[i] = op(v[2 * i], v[2 * i + 1]);
+    return sg_tree_full<n / 2>(w, op);
+  }
+}
+// sg_tree over the exchange's values of the lanes in mask (not empty), within the scope from b.
+template <class T, class Op> __MK_F T sg_tree_of(const sg_view &v, unsigned mask, unsigned b, unsigned n, Op op) {
+  T vals[32];
+  for (unsigned k = mask; k; k &= k - 1) vals[__builtin_ctz(k)] = v.get<T>(unsigned(__builtin_ctz(k)));
+  return sg_tree(vals, mask, b, n, op);
 }
 
 // Lanes of the caller's scope: the whole SIMD-group, or its quad.
@@ -170,23 +203,24 @@ template <class Op, bool Quad, class T> __MK_F T sg_reduce(const T &x, site s) {
   sg_view v = sg_exchange(x, s);
   if (!v.ready()) return x;  // a SIMT kernel's first pass: only collecting
   const unsigned m = v.active() & scope_mask(v.lane(), Quad);
-  if (!v.x || sizeof(T) > sizeof(v.x->cache[0])) return sg_fold(v, m, x, Op());
+  const unsigned b = Quad ? v.lane() & ~3u : 0u, n = Quad ? 4u : 32u;
+  if (!v.x || sizeof(T) > sizeof(v.x->cache[0])) return sg_tree_of<T>(v, m, b, n, Op());
   // A SIMT kernel asks once per lane: fold once per scope.
   const unsigned k = Quad ? 1u + (v.lane() >> 2) : 0u;
   T r;
   if (v.x->cached >> k & 1u) {
     __builtin_memcpy((void *)&r, v.x->cache[k], sizeof(T));
   } else {
-    r = sg_fold(v, m, x, Op());
+    r = sg_tree_of<T>(v, m, b, n, Op());
     __builtin_memcpy(v.x->cache[k], (const void *)&r, sizeof(T));
     v.x->cached |= 1u << k;
   }
   return r;
 }
 // A SIMT kernel's reduction, called through its twin (below) by msl/simt with each lane's
-// argument: every active lane's value is read once and each scope is folded once, in lane order
-// as sg_reduce folds, so the results are the same; a whole SIMD-group's values load as vectors,
-// where the exchange's two passes call the function per lane.
+// argument: every active lane's value is read once and each scope is folded once, in sg_reduce's
+// tree, so the results are the same; a whole SIMD-group's values load as vectors, where the
+// exchange's two passes call the function per lane.
 template <class Op, bool Quad, class T> struct sg_reduce_twin {
   template <class F, class Res, class A> __MK_F static void call(F &, unsigned m, Res *res, A &&arg) {
     // Every slot is stored (inactive lanes' arguments are not read, and their results never
@@ -197,12 +231,7 @@ template <class Op, bool Quad, class T> struct sg_reduce_twin {
     for (unsigned b = 0; b < 32u; b += n) {
       const unsigned full = Quad ? 0xFu << b : ~0u, mb = m & full;
       if (!mb) continue;
-      T r = v[__builtin_ctz(mb)];
-      if (mb == full) {
-        for (unsigned l = b + 1; l < b + n; ++l) r = Op()(r, v[l]);
-      } else {
-        for (unsigned k = mb & (mb - 1); k; k &= k - 1) r = Op()(r, v[__builtin_ctz(k)]);
-      }
+      const T r = mb == full ? sg_tree_full<n>(v + b, Op()) : sg_tree(v, mb, b, n, Op());
       for (unsigned l = b; l < b + n; ++l) res->set(l, r);
     }
   }

@@ -140,6 +140,22 @@ template <class C> __MK_F unsigned lanes_below(unsigned base, const C& c, bool i
   return n <= 0 ? 0u : n >= 32 ? ~0u : (1u << n) - 1u;
 }
 
+// The lane where a uint position base + lane (no wrap) equals c (`p == c`), compared as
+// lanes_below compares: one bit, or none.
+template <class C> __MK_F unsigned lanes_equal(unsigned base, const C& c) {
+  unsigned long long d;  // c - base, where c is not below base
+  if constexpr (sizeof(C) <= 4) {
+    d = unsigned(c) - base;  // wraps past 31 for a c below base: base + 31 does not wrap
+  } else if constexpr (__is_signed(C)) {
+    if ((long long)c < (long long)base) return 0u;
+    d = (unsigned long long)((long long)c - (long long)base);
+  } else {
+    if ((unsigned long long)c < base) return 0u;
+    d = (unsigned long long)c - base;
+  }
+  return d < 32u ? 1u << d : 0u;
+}
+
 // ---- SIMT helper functions ----
 // A helper that reaches a SIMD-group function or barrier keeps its definition (for kernels run
 // as fibers) and gains a twin declaration, `__mk_simt_<name>`, with the same parameters and this

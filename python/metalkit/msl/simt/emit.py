@@ -18,6 +18,8 @@ from .unsupported import Unsupported
 
 LANE_LOOP = "for (unsigned __l = 0; __l < 32u; ++__l)"
 LANES = LANE_LOOP + " if (__m >> __l & 1u)"
+# The active lanes one set bit after another: for masks of a lane or few (see emit_masked).
+SPARSE_LANES = "for (unsigned __mm = __m, __l; __mm && (__l = unsigned(__builtin_ctz(__mm)), true); __mm &= __mm - 1u)"
 # Lane shapes with loops of their own, and when they hold (simt.h's frame::init_positions):
 # 32: lane l's x position is the SIMD-group's first x + l; 16, 8: the SIMD-group covers rows of
 # that many threads of a 16- or 8-wide threadgroup, lane l at column l % w of row l / w.
@@ -53,6 +55,8 @@ class Emitter:
         self.toks = fn.unit.toks
         self.is_kernel = is_kernel
         self.full = False  # writing a region's twin for a full mask (region_loops)
+        self.fill = False  # writing a region that stores every lane's slot (fills_every_lane)
+        self.sparse = False  # writing the branch of an `if (p == v)`: few lanes (emit_masked)
         self.fixed: tuple[int, bool] | None = None  # (shape, full mask) of the loop version being written
         self.has_result = has_result
         self.frags: dict[int, list[str]] = {}
@@ -328,6 +332,8 @@ class Emitter:
         w = self.shape
         active = active and not self.full
         if w in (0, 32):
+            if active and self.sparse:
+                return SPARSE_LANES
             return LANES if active else LANE_LOOP
         return (f"for (unsigned __r = 0; __r < {32 // w}u; ++__r) for (unsigned __c = 0; __c < {w}u; ++__c) "
                 f"if (const unsigned __l = __r * {w}u + __c; {'__m >> __l & 1u' if active else 'true'})")
@@ -368,12 +374,14 @@ class Emitter:
         """(position, op, value) when cond is `p op v` or `v op p` (op in ops; the op returned reads
         with p first) for a uint position p that is base + lane in rows of 32 and a uniform value v
         that is one token (a literal or a name): conditions whose lanes are known in closed form."""
-        if self.shape != 32 or not isinstance(cond, sx.Binary) or cond.op not in ops:
+        if not isinstance(cond, sx.Binary) or cond.op not in ops:
             return None
         mirror = {"<": ">", ">": "<", "<=": ">=", ">=": "<=", "==": "=="}
         for pos, val, op in ((cond.lhs, cond.rhs, cond.op), (cond.rhs, cond.lhs, mirror[cond.op])):
             v = self.fn.name_var.get(pos.a) if isinstance(pos, sx.Name) and pos.a == pos.b else None
             if v is None or not v.affine or v.vector or v.type_text not in ("uint", "unsigned", "unsigned int"):
+                continue
+            if self.shape != 32 and v.affine != "always":  # base + lane only in rows of 32
                 continue
             if val.a != val.b or val.a in self.subst or val.a in self.fn.member_toks:
                 continue
@@ -383,6 +391,14 @@ class Emitter:
                                    (w is None or (w.uniform and not w.lanes and not w.affine))):
                 return v, op, self.render(val.a, val.b, None)
         return None
+
+    def selects_few(self, cond) -> bool:
+        """Whether cond is `p == v` for a position p and a uniform value v (see position_compare):
+        one lane passes where the positions are base + lane, a few otherwise."""
+        shape, self.shape = self.shape, 32
+        found = self.position_compare(cond, ("==",))
+        self.shape = shape
+        return found is not None
 
     def one_lane_loop(self, stmts, k: int) -> str | None:
         """The lane loop of a region that is one `if (p == v)` (no else; see position_compare): at
@@ -400,15 +416,30 @@ class Emitter:
         return (f"for (unsigned __l = mk::simt::eq_first(__b_{v.name}, {c}), __le{k} = "
                 f"mk::simt::eq_end(__b_{v.name}, {c}); __l < __le{k}; ++__l){test}")
 
+    def fills_every_lane(self, stmts) -> bool:
+        """Whether the region is one declaration of per-lane locals, each `= value`: then every
+        lane's slot is stored (mk::lanes::set_if; the value only for active lanes), since inactive
+        lanes never read a local of this scope. Slots stored under a mask stall the vector loads
+        that later read them (a simd_sum's result read back for lane 0)."""
+        d = stmts[0]
+        return len(stmts) == 1 and isinstance(d, sx.Decl) and all(
+            dc.var.lanes and not dc.var.array and dc.init_kind == "=" and dc.init is not None
+            and not isinstance(dc.init, sx.InitList)
+            and not any(self.toks[t].text in ("&", "&&") for t in range(dc.ptr[0], dc.ptr[1] + 1))
+            for dc in d.declarators)
+
     def region_loop(self, stmts) -> set[str]:
         """One lane loop running stmts; returns the mask variables its jumps set."""
         k = self.new()
         outer_end, outer_jumps = self.region_end, self.region_jumps
         self.region_end, self.region_jumps = f"__mk_e{k}", set()
         self.loops.append(("R", None, False))
-        self.put(stmts[0].a, f"{self.one_lane_loop(stmts, k) or self.lanes_loop()} {{ {{")
+        self.fill = self.fills_every_lane(stmts)
+        header = self.lanes_loop(active=False) if self.fill else self.one_lane_loop(stmts, k) or self.lanes_loop()
+        self.put(stmts[0].a, f"{header} {{ {{")
         for s in stmts:
             self.lane_stmt(s)
+        self.fill = False
         self.loops.pop()
         jumps = self.region_jumps
         self.put(stmts[-1].b, f"}} {self.region_end}:; }}" if jumps else "} }")
@@ -512,6 +543,9 @@ class Emitter:
         if isinstance(dc.init, sx.InitList):
             items = ", ".join(self.expr(x, lane) for x in dc.init.items)
             return f"{name}.set_list({lane}{', ' if items else ''}{items});"
+        if self.fill:
+            return (f"{name}.set_if({lane}, __m >> {lane} & 1u, [&]() __attribute__((always_inline)) -> "
+                    f"decltype(auto) {{ return ({self.expr(dc.init, lane)}); }});")
         return f"{name}.set({lane}, {self.expr(dc.init, lane)});"
 
     def lanes_decl(self, dc: sx.Declarator, d: sx.Decl) -> str:
@@ -776,12 +810,15 @@ class Emitter:
         def packed() -> str:
             loop = (f"{self.lanes_loop(active=False)} __b{var}[__l] = (__m >> __l & 1u) && "
                     f"({self.expr(cond, '__l')}); {var} = mk::simt::pack(__b{var});")
-            found = self.position_compare(cond, ("<", "<=", ">", ">="))
+            found = self.position_compare(cond, ("<", "<=", ">", ">=", "=="))
             if found is None:
                 return loop
-            # p < v for p = base + lane: a run of lanes from the first, or to the last for >, >=.
+            # p < v for p = base + lane: a run of lanes from the first, or to the last for >, >=;
+            # p == v: one lane.
             v, op, c = found
             runs = f"mk::simt::lanes_below(__b_{v.name}, {c}, {'true' if op in ('<=', '>') else 'false'})"
+            if op == "==":
+                runs = f"mk::simt::lanes_equal(__b_{v.name}, {c})"
             closed = f"__m & {'~' if op in ('>', '>=') else ''}{runs}"
             return f"if constexpr (mk::simt::exact_compare<decltype({c})>) {var} = {closed}; else {{ {loop} }}"
         code = f"{pre} unsigned {var}; {{ bool __b{var}[32]; (void)__b{var}; {self.by_shape([cond], packed)} }}"
@@ -798,7 +835,11 @@ class Emitter:
         if isinstance(s, sx.If):
             self.put(s.a, f"{{ {self.mask_of(s.cond, f'__c{k}')} const unsigned __s{k} = __m; "
                           f"__m = __s{k} & __c{k}; if (__m) {{")
+            # Under `if (lane == 0)` and the like, at most a lane or a few pass: their loops visit
+            # the set bits, where a loop over 32 lanes made one lane's store a vector scatter.
+            outer, self.sparse = self.sparse, self.sparse or self.selects_few(s.cond)
             self.emit_list(p.bodies[0], True)
+            self.sparse = outer
             self.put(s.then.b, f"}} const unsigned __t{k} = __m; __m = __s{k} & ~__c{k}; if (__m) {{")
             if s.els is not None:
                 self.emit_list(p.bodies[1], True)
