@@ -55,17 +55,9 @@ constexpr uint16_t kGroupWrite = 0xFFFF;  // an initializer's value: there befor
 // told apart; accesses of parts of a scalar by different threads are not).
 uint64_t granule(uint64_t elem_size) { return std::min<uint64_t>(4, elem_size & (~elem_size + 1)); }
 
-// The last write and the last read of one granule of threadgroup memory; instructions as offsets
-// from the module's code.
-struct Cell {
-  uint32_t w_epoch = 0, r_epoch = 0;  // 0: never (epochs start at 1)
-  uint16_t w_who = 0, r_who = 0;
-  uint16_t r_other = 0;               // with r_many: a reader other than r_who
-  bool w_atomic = false, r_atomic = false;
-  bool r_many = false;                // several threads read it in r_epoch
-  uint32_t w_pc = 0, r_pc = 0;
-  uint32_t w_sg = 0, r_sg = 0;        // the accessing SIMD-group's simdgroup_barriers so far
-};
+// The last write and the last read of one granule of threadgroup memory (abi.h: a checked
+// module reads them too).
+using Cell = mk_tg_cell;
 
 struct Memory {
   uintptr_t lo = 0;
@@ -85,7 +77,7 @@ struct State {
   State() { watch.state = this; }
   State(const State&) = delete;
   State& operator=(const State&) = delete;
-  mk_watch watch = {kAlways, 0, {}, {}, nullptr};  // what the module calls rt_access for
+  mk_watch watch = {kAlways, 0, {}, {}, {}, {}, nullptr, 0, nullptr};  // what the module calls rt_access for
   bool on = false;  // armed
   uint32_t checks = 0;
   AccessReport* report = nullptr;
@@ -147,19 +139,23 @@ void publish(State& s) {
   mk_watch& w = s.watch;
   bool over = false;
   w.n = 0;
-  auto add = [&](uintptr_t lo, uint64_t size) {
+  auto add = [&](uintptr_t lo, uint64_t size, Cell* cells, unsigned shift) {
     if (w.n == MK_WATCH_RANGES) {
       over = true;
       return;
     }
     w.lo[w.n] = lo;
-    w.size[w.n++] = size;
+    w.size[w.n] = size;
+    w.cells[w.n] = cells;
+    w.shift[w.n++] = shift;
   };
-  for (const Memory& m : s.memory) add(m.lo, m.size);
+  for (Memory& m : s.memory) add(m.lo, m.size, m.cells.data(), m.shift);
   if (s.report && (s.checks & kCheckUninit))
-    for (const AccessReport::Unwritten& u : s.report->unwritten()) add(u.lo, u.size);
+    for (const AccessReport::Unwritten& u : s.report->unwritten()) add(u.lo, u.size, nullptr, 0);
   if (s.report && (s.checks & (kCheckRaces | kCheckLockstep)))
-    for (const AccessReport::Device& d : s.report->devices()) add(d.lo, d.size);
+    for (const AccessReport::Device& d : s.report->devices()) add(d.lo, d.size, nullptr, 0);
+  w.fiber = s.fiber;
+  w.code_base = s.report ? s.report->code_base : 0;
   const bool always = over || !s.on || (s.checks & kCheckTrace);
   w.everything = (w.everything & kPending) | (always ? kAlways : 0);
 }
@@ -548,6 +544,7 @@ inline void access(State& s, const void* addr, mk_u64 size, unsigned flags, cons
   };
   for (uint64_t k = first; k < last; ++k) {
     Cell& c = m->cells[k];
+    if (!atomic && (write ? !reads && mk_tg_quiet_write(&c, &f, at) : mk_tg_quiet_read(&c, &f, at))) continue;
     const uint64_t byte = k * g;
     const bool written = c.w_epoch >= f.group_epoch;
     if (reads) {

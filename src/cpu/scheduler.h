@@ -26,12 +26,8 @@ void set_strict_barriers(bool strict);
 // thread, its threadgroup, and the barrier interval it is in. Epochs grow on each OS thread: each group and each completed barrier
 // begins a new one, so an access stamped with an older epoch than the group's first is from
 // another group.
-struct RunningFiber {
-  bool running = false;
-  unsigned index = 0, lanes = 1;
-  unsigned pos[3] = {0, 0, 0};
-  uint32_t epoch = 0, group_epoch = 0;
-  uint32_t sg_epoch = 0;  // threads: simdgroup_barriers its SIMD-group completed in this group
+struct RunningFiber : mk_running_fiber {
+  RunningFiber() : mk_running_fiber{0, 0, 1, {0, 0, 0}, 0, 0, 0} {}
 };
 const RunningFiber& running_fiber();
 

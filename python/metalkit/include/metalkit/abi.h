@@ -10,7 +10,7 @@
 // an address within that distance above a frame of a fiber is the fiber's own stack.
 // MK_WATCH_RANGES: the ranges an mk_watch holds; MK_WATCH_SLOT: where a stack of the fiber arena
 // keeps its mk_watch pointer, this many bytes below its end (above the fiber's first frame).
-enum { MK_ABI_VERSION = 12, MK_SIMD_SLOT = 256, MK_FIBER_STACK_BYTES = 1 << 20, MK_WATCH_RANGES = 8,
+enum { MK_ABI_VERSION = 13, MK_SIMD_SLOT = 256, MK_FIBER_STACK_BYTES = 1 << 20, MK_WATCH_RANGES = 8,
        MK_WATCH_SLOT = 64 };
 
 #ifdef __cplusplus
@@ -145,14 +145,80 @@ typedef void (*mk_thread_fn)(void* ctx, unsigned thread_index);
 // simt_barrier it reaches (null when the SIMD-groups run one after another without fibers).
 typedef void (*mk_simt_fn)(void* ctx, unsigned sg, void* scheduler);
 
+// The fiber an OS thread runs, as the access checks see it (kept in step by the scheduler):
+// `index`, its first thread; `epoch`, the barrier interval; `group_epoch`, the interval its
+// threadgroup began in; `sg_epoch`, simdgroup_barriers its SIMD-group completed in the group.
+typedef struct mk_running_fiber {
+  unsigned char running;
+  unsigned index, lanes;
+  unsigned pos[3];
+  unsigned epoch, group_epoch, sg_epoch;
+} mk_running_fiber;
+
+// One granule of threadgroup memory as the checks record it: its last write and last read
+// (epochs 0: never; instructions as offsets from the module's code; `who`: a fiber's index).
+typedef struct mk_tg_cell {
+  unsigned w_epoch, r_epoch;
+  unsigned short w_who, r_who;
+  unsigned short r_other;                     // with r_many: a reader other than r_who
+  unsigned char w_atomic, r_atomic, r_many;   // r_many: several fibers read it in r_epoch
+  unsigned w_pc, r_pc;
+  unsigned w_sg, r_sg;                        // the accessing SIMD-group's sg_epoch
+} mk_tg_cell;
+
+// A plain read of one cell by fiber f that finds nothing: the cell was written in this
+// threadgroup, and not by another fiber in this interval. Records the read (readers of one
+// interval after the first make it r_many) and returns 1; else returns 0, the cell untouched, for
+// the runtime's whole decision (access_check.cpp, which calls this first too). `pc`: the read's
+// instruction as an offset from the module's code. Never instrumented itself.
+__attribute__((always_inline, no_sanitize("thread"))) static inline int mk_tg_quiet_read(mk_tg_cell* c, const mk_running_fiber* f, unsigned pc) {
+  const unsigned short me = (unsigned short)f->index;
+  if (c->w_epoch < f->group_epoch || (c->w_epoch == f->epoch && c->w_who != me)) return 0;
+  if (c->r_epoch == f->epoch) {
+    if (!c->r_many && c->r_who != me) {
+      c->r_many = 1;
+      c->r_other = me;
+    }
+  } else {
+    c->r_epoch = f->epoch;
+    c->r_who = me;
+    c->r_many = 0;
+    c->r_pc = pc;
+    c->r_sg = f->sg_epoch;
+  }
+  c->r_atomic = 0;
+  return 1;
+}
+
+// The same for a plain write: no other fiber wrote or read the cell in this interval.
+__attribute__((always_inline, no_sanitize("thread"))) static inline int mk_tg_quiet_write(mk_tg_cell* c,
+                                                                                        const mk_running_fiber* f,
+                                                                                        unsigned pc) {
+  const unsigned short me = (unsigned short)f->index;
+  if ((c->w_epoch == f->epoch && c->w_who != me) || (c->r_epoch == f->epoch && (c->r_who != me || c->r_many)))
+    return 0;
+  c->w_epoch = f->epoch;
+  c->w_who = me;
+  c->w_atomic = 0;
+  c->w_pc = pc;
+  c->w_sg = f->sg_epoch;
+  return 1;
+}
+
 // Checked modules: the memory whose accesses the runtime needs to see on one OS thread, so the
 // module calls it for those alone. `everything`: nonzero, every access (before a dispatch's checks
 // are armed, under a trace, with more ranges than fit, or while a finding waits to be settled at
 // the next access); else the accesses that start in [lo[i], lo[i] + size[i]) for some i < n.
-// `state`: the runtime's, for its access callback.
+// `cells[i]`: for threadgroup memory, its cells, a granule of 1 << shift[i] bytes each (else
+// null): with `fiber` and the module's `code_base`, a plain read or write that finds nothing is
+// recorded there (mk_tg_quiet_read, mk_tg_quiet_write) without a call. `state`: the runtime's, for its access callback.
 typedef struct mk_watch {
   unsigned everything, n;
   mk_u64 lo[MK_WATCH_RANGES], size[MK_WATCH_RANGES];
+  mk_tg_cell* cells[MK_WATCH_RANGES];
+  unsigned shift[MK_WATCH_RANGES];
+  const mk_running_fiber* fiber;
+  mk_u64 code_base;
   void* state;
 } mk_watch;
 
