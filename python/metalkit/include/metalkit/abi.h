@@ -171,7 +171,8 @@ typedef struct mk_tg_cell {
 // interval after the first make it r_many) and returns 1; else returns 0, the cell untouched, for
 // the runtime's whole decision (access_check.cpp, which calls this first too). `pc`: the read's
 // instruction as an offset from the module's code. Never instrumented itself.
-__attribute__((always_inline, no_sanitize("thread"))) static inline int mk_tg_quiet_read(mk_tg_cell* c, const mk_running_fiber* f, unsigned pc) {
+#define MK_QUIET __attribute__((always_inline, no_sanitize("thread"))) static inline
+MK_QUIET int mk_tg_quiet_read(mk_tg_cell* c, const mk_running_fiber* f, unsigned pc) {
   const unsigned short me = (unsigned short)f->index;
   if (c->w_epoch < f->group_epoch || (c->w_epoch == f->epoch && c->w_who != me)) return 0;
   if (c->r_epoch == f->epoch) {
@@ -191,9 +192,7 @@ __attribute__((always_inline, no_sanitize("thread"))) static inline int mk_tg_qu
 }
 
 // The same for a plain write: no other fiber wrote or read the cell in this interval.
-__attribute__((always_inline, no_sanitize("thread"))) static inline int mk_tg_quiet_write(mk_tg_cell* c,
-                                                                                        const mk_running_fiber* f,
-                                                                                        unsigned pc) {
+MK_QUIET int mk_tg_quiet_write(mk_tg_cell* c, const mk_running_fiber* f, unsigned pc) {
   const unsigned short me = (unsigned short)f->index;
   if ((c->w_epoch == f->epoch && c->w_who != me) || (c->r_epoch == f->epoch && (c->r_who != me || c->r_many)))
     return 0;
@@ -204,6 +203,7 @@ __attribute__((always_inline, no_sanitize("thread"))) static inline int mk_tg_qu
   c->w_sg = f->sg_epoch;
   return 1;
 }
+#undef MK_QUIET
 
 // Checked modules: the memory whose accesses the runtime needs to see on one OS thread, so the
 // module calls it for those alone. `everything`: nonzero, every access (before a dispatch's checks
@@ -211,7 +211,8 @@ __attribute__((always_inline, no_sanitize("thread"))) static inline int mk_tg_qu
 // the next access); else the accesses that start in [lo[i], lo[i] + size[i]) for some i < n.
 // `cells[i]`: for threadgroup memory, its cells, a granule of 1 << shift[i] bytes each (else
 // null): with `fiber` and the module's `code_base`, a plain read or write that finds nothing is
-// recorded there (mk_tg_quiet_read, mk_tg_quiet_write) without a call. `state`: the runtime's, for its access callback.
+// recorded there (mk_tg_quiet_read, mk_tg_quiet_write) without a call. `state`: the runtime's,
+// for its access callback.
 typedef struct mk_watch {
   unsigned everything, n;
   mk_u64 lo[MK_WATCH_RANGES], size[MK_WATCH_RANGES];

@@ -108,18 +108,6 @@ __MK_F unsigned pack(const bool (&b)[32]) {
   return __builtin_bit_cast(unsigned, __builtin_convertvector(v != (unsigned char)0, bits32));
 }
 
-// The lanes [eq_first, eq_end) where a uint position base + lane may equal c. An integer c (as
-// `uint == c` converts it) picks at most one: 32 consecutive uints differ. Any other type (a
-// float rounds, so several lanes may match) keeps all 32; the caller tests each lane it runs.
-template <class C> __MK_F unsigned eq_first(unsigned base, const C& c) {
-  if constexpr (__is_integral(C)) return unsigned(c) - base;
-  else return 0u;
-}
-template <class C> __MK_F unsigned eq_end(unsigned base, const C& c) {
-  if constexpr (__is_integral(C)) return unsigned(c) - base < 32u ? unsigned(c) - base + 1u : 0u;
-  else return 32u;
-}
-
 // The lanes where a uint position base + lane (no wrap) is below c (`p < c`), or at most c if
 // `inclusive`: the first n lanes. `p < c` compares in uint for an integer c of 32 bits or less
 // (c converted), in c's type for 64 bits; exact_compare says which types are done here.
@@ -154,6 +142,12 @@ template <class C> __MK_F unsigned lanes_equal(unsigned base, const C& c) {
     d = (unsigned long long)c - base;
   }
   return d < 32u ? 1u << d : 0u;
+}
+// The lanes where a uint position base + lane may equal c: lanes_equal's for an integer c; all 32
+// for another type (a float rounds, so several lanes may match), whose lanes the caller tests.
+template <class C> __MK_F unsigned eq_lanes(unsigned base, const C& c) {
+  if constexpr (exact_compare<C>) return lanes_equal(base, c);
+  else return ~0u;
 }
 
 // ---- SIMT helper functions ----

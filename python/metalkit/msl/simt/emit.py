@@ -19,7 +19,12 @@ from .unsupported import Unsupported
 LANE_LOOP = "for (unsigned __l = 0; __l < 32u; ++__l)"
 LANES = LANE_LOOP + " if (__m >> __l & 1u)"
 # The active lanes one set bit after another: for masks of a lane or few (see emit_masked).
-SPARSE_LANES = "for (unsigned __mm = __m, __l; __mm && (__l = unsigned(__builtin_ctz(__mm)), true); __mm &= __mm - 1u)"
+def sparse_lanes(mask: str) -> str:
+    """The loop header running its body for each set bit `__l` of mask, one after another."""
+    return f"for (unsigned __mm = {mask}, __l; __mm && (__l = unsigned(__builtin_ctz(__mm)), true); __mm &= __mm - 1u)"
+
+
+SPARSE_LANES = sparse_lanes("__m")
 # Lane shapes with loops of their own, and when they hold (simt.h's frame::init_positions):
 # 32: lane l's x position is the SIMD-group's first x + l; 16, 8: the SIMD-group covers rows of
 # that many threads of a 16- or 8-wide threadgroup, lane l at column l % w of row l / w.
@@ -370,10 +375,11 @@ class Emitter:
             parts.append(f"{elem}(__b_{v.name}_z)")
         return f"{v.type_text}({', '.join(parts)})"
 
-    def position_compare(self, cond, ops: tuple) -> tuple | None:
+    def position_compare(self, cond, ops: tuple, any_shape: bool = False) -> tuple | None:
         """(position, op, value) when cond is `p op v` or `v op p` (op in ops; the op returned reads
-        with p first) for a uint position p that is base + lane in rows of 32 and a uniform value v
-        that is one token (a literal or a name): conditions whose lanes are known in closed form."""
+        with p first) for a uint position p that is base + lane in rows of 32 (in the current
+        shape, unless any_shape) and a uniform value v that is one token (a literal or a name):
+        conditions whose lanes are known in closed form."""
         if not isinstance(cond, sx.Binary) or cond.op not in ops:
             return None
         mirror = {"<": ">", ">": "<", "<=": ">=", ">=": "<=", "==": "=="}
@@ -381,7 +387,7 @@ class Emitter:
             v = self.fn.name_var.get(pos.a) if isinstance(pos, sx.Name) and pos.a == pos.b else None
             if v is None or not v.affine or v.vector or v.type_text not in ("uint", "unsigned", "unsigned int"):
                 continue
-            if self.shape != 32 and v.affine != "always":  # base + lane only in rows of 32
+            if self.shape != 32 and v.affine != "always" and not any_shape:  # base + lane in rows of 32
                 continue
             if val.a != val.b or val.a in self.subst or val.a in self.fn.member_toks:
                 continue
@@ -395,16 +401,13 @@ class Emitter:
     def selects_few(self, cond) -> bool:
         """Whether cond is `p == v` for a position p and a uniform value v (see position_compare):
         one lane passes where the positions are base + lane, a few otherwise."""
-        shape, self.shape = self.shape, 32
-        found = self.position_compare(cond, ("==",))
-        self.shape = shape
-        return found is not None
+        return self.position_compare(cond, ("==",), any_shape=True) is not None
 
-    def one_lane_loop(self, stmts, k: int) -> str | None:
+    def one_lane_loop(self, stmts) -> str | None:
         """The lane loop of a region that is one `if (p == v)` (no else; see position_compare): at
-        most one lane passes (32 consecutive uints differ), so the loop runs from that lane alone,
-        found in closed form (mk::simt::eq_first/eq_end), and the if still tests it. As a loop over
-        all lanes, the compiler turns one lane's store into a vector scatter."""
+        most one lane passes (32 consecutive uints differ), so the loop visits the lanes of
+        mk::simt::eq_lanes alone, and the if still tests them. As a loop over all lanes, the
+        compiler turns one lane's store into a vector scatter."""
         s = stmts[0]
         if len(stmts) != 1 or not isinstance(s, sx.If) or s.els is not None or s.constexpr:
             return None
@@ -412,9 +415,8 @@ class Emitter:
         if found is None:
             return None
         v, _, c = found
-        test = "" if self.full else " if (__m >> __l & 1u)"
-        return (f"for (unsigned __l = mk::simt::eq_first(__b_{v.name}, {c}), __le{k} = "
-                f"mk::simt::eq_end(__b_{v.name}, {c}); __l < __le{k}; ++__l){test}")
+        lanes = f"mk::simt::eq_lanes(__b_{v.name}, {c})"
+        return sparse_lanes(lanes if self.full else f"__m & {lanes}")
 
     def fills_every_lane(self, stmts) -> bool:
         """Whether the region is one declaration of per-lane locals, each `= value`: then every
@@ -435,7 +437,7 @@ class Emitter:
         self.region_end, self.region_jumps = f"__mk_e{k}", set()
         self.loops.append(("R", None, False))
         self.fill = self.fills_every_lane(stmts)
-        header = self.lanes_loop(active=False) if self.fill else self.one_lane_loop(stmts, k) or self.lanes_loop()
+        header = self.lanes_loop(active=False) if self.fill else self.one_lane_loop(stmts) or self.lanes_loop()
         self.put(stmts[0].a, f"{header} {{ {{")
         for s in stmts:
             self.lane_stmt(s)
