@@ -188,6 +188,8 @@ class Effects:
                 return "threadgroup"
             return "?"
         if isinstance(e, sx.Index):
+            if _shared_row(e):
+                return "threadgroup"
             root = self._private_root(e.obj) if isinstance(_unparen(e.obj), sx.Name) else None
             return root.space if root is not None else "?"  # an element of a local array of pointers
         return "?"
@@ -257,6 +259,13 @@ class Effects:
             self.scan(e.idx, info, "r")
             if self._private_root(e) is not None:
                 self.scan(e.obj, info, mode)
+            elif _shared_row(e.obj):  # `t[i][j]`: the row `t[i]` is an address, not a read
+                row = _unparen(e.obj)
+                while isinstance(row, sx.Index):
+                    self.scan(row.idx, info, "r")
+                    row = _unparen(row.obj)
+                info.reads.add(row.var)
+                self.touch(info, "threadgroup", reading, writing)
             else:
                 self.scan(e.obj, info, "r")
                 self.touch(info, self.space_of(e.obj), reading, writing)
@@ -400,6 +409,16 @@ def _unparen(e):
     while isinstance(e, sx.Paren):
         e = e.inner
     return e
+
+
+def _shared_row(e) -> bool:
+    """Whether e is a row of a threadgroup array (`t[i]` of `t[N][M]`): an address, not a value."""
+    depth = _index_depth(e)
+    e = _unparen(e)
+    while isinstance(e, sx.Index):
+        e = _unparen(e.obj)
+    v = e.var if isinstance(e, sx.Name) else None
+    return v is not None and v.kind == "shared" and v.array and 0 < depth < v.dims
 
 
 def _index_depth(e) -> int:
