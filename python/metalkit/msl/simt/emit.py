@@ -64,7 +64,9 @@ class Emitter:
         self.sparse = False  # writing the branch of an `if (p == v)`: few lanes (emit_masked)
         self.fixed: tuple[int, bool] | None = None  # (shape, full mask) of the loop version being written
         self.has_result = has_result
-        self.frags: dict[int, list[str]] = {}
+        # token -> the code put there, each with the token it was written for: a region's second
+        # copy (a lane shape, a full mask) goes after the first, so its lines are marked (apply)
+        self.frags: dict[int, list[tuple[str, int]]] = {}
         self._columns: dict[int, tuple] | None = None
         self.cursor = fn.body.a
         self.serial = 0
@@ -115,9 +117,9 @@ class Emitter:
 
     # ---------------------------------------------------------------- output
     def put(self, tok: int, text: str) -> None:
-        tok = max(tok, self.cursor)
-        self.cursor = tok
-        self.frags.setdefault(tok, []).append(text)
+        at = max(tok, self.cursor)
+        self.cursor = at
+        self.frags.setdefault(at, []).append((text, tok))
 
     def new(self) -> int:
         self.serial += 1
@@ -732,8 +734,7 @@ class Emitter:
     def emit_barrier(self, p: Piece, ctx_v: bool) -> None:
         s = p.stmts[0]
         f, ln, col = self.src.where(self.toks[s.a])
-        file = f.replace("\\", "\\\\").replace('"', '\\"')
-        self.put(s.a, f'mk::simt::barrier(__f, __m, "{file}", {ln}, {col});')
+        self.put(s.a, f'mk::simt::barrier(__f, __m, "{_c_escape(f)}", {ln}, {col});')
 
     # -- control structures
     def emit_structure(self, p: Piece, ctx_v: bool) -> None:
@@ -909,18 +910,42 @@ class Emitter:
     # ---------------------------------------------------------------- entry
     def text(self) -> str:
         """The emitted code as one string (in token order)."""
-        return " ".join(t for i in sorted(self.frags) for t in self.frags[i])
+        return " ".join(t for i in sorted(self.frags) for t, _ in self.frags[i])
 
     def apply(self, a: int, b: int) -> None:
         """Replaces tokens [a, b] by the emitted code. Loop hints in between go: the loops they
         annotated may now be elsewhere (they only tune speed)."""
         for i in range(a, b + 1):
-            self.src.out[i] = " ".join(self.frags.get(i, []))
+            self.src.out[i] = self.marked(i)
             self.src.after.pop(i, None)
             self.src.before.pop(i, None)
         for ln in range(self.toks[a].line, self.toks[b].line):
             if self.src.lines[ln].lstrip().startswith("#pragma"):
                 self.src.line_out[ln] = ""
+
+    def marked(self, at: int) -> str:
+        """The code put at token `at`, with `#line` markers around code written for a token of
+        another line, so that a fault or a diagnostic in a region's later copies names the user's
+        line as in its first."""
+        home = self.src.loc.get(self.toks[at].line)
+        out, now = [], home
+        for text, tok in self.frags.get(at, []):
+            where = self.src.loc.get(self.toks[tok].line)
+            if where is not None and where != now:
+                out.append(_line_marker(where))
+                now = where
+            out.append(text)
+        if now != home and home is not None:
+            out.append(_line_marker(home))
+        return " ".join(out)
+
+
+def _c_escape(s: str) -> str:
+    return s.replace("\\", "\\\\").replace('"', '\\"')
+
+
+def _line_marker(where: tuple[str, int]) -> str:
+    return f'\n#line {where[1]} "{_c_escape(where[0])}"\n'
 
 
 def _unparen(e):
