@@ -225,12 +225,8 @@ class Effects:
     @staticmethod
     def _local_array(e) -> bool:
         """Whether e is a local array, or a row of one (`*` on it then selects a lane's own element)."""
-        depth = _index_depth(e)
-        e = _unparen(e)
-        while isinstance(e, sx.Index):
-            e = _unparen(e.obj)
-        v = e.var if isinstance(e, sx.Name) else None
-        return v is not None and v.array and depth < v.dims and not v.ref and v.kind != "shared"
+        v, depth = _array_of(e)
+        return v is not None and depth < v.dims and not v.ref and v.kind != "shared"
 
     def scan(self, e, info: Info, mode: str = "r") -> None:
         """Adds what e does to info; mode: how e is used (r, w, rw, addr)."""
@@ -413,12 +409,18 @@ def _unparen(e):
 
 def _shared_row(e) -> bool:
     """Whether e is a row of a threadgroup array (`t[i]` of `t[N][M]`): an address, not a value."""
+    v, depth = _array_of(e)
+    return v is not None and v.kind == "shared" and 0 < depth < v.dims
+
+
+def _array_of(e):
+    """(the array variable e subscripts, or is, and how many subscripts) or (None, 0)."""
     depth = _index_depth(e)
     e = _unparen(e)
     while isinstance(e, sx.Index):
         e = _unparen(e.obj)
     v = e.var if isinstance(e, sx.Name) else None
-    return v is not None and v.kind == "shared" and v.array and 0 < depth < v.dims
+    return (v, depth) if v is not None and v.array else (None, 0)
 
 
 def _index_depth(e) -> int:
