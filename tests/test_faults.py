@@ -304,6 +304,19 @@ kernel void simt(device float* x [[buffer(0)]], constant uint& bad [[buffer(1)]]
     if (i == bad)
         x[i + 0x40000000u] = s;                                      // LINE simt
 }
+// Its loop's statements are one region, written once per lane shape and mask (simt/emit.py).
+kernel void region(device float* x [[buffer(0)]], constant uint& bad [[buffer(1)]],
+                   constant uint& gone [[buffer(2)]],
+                   uint2 p [[thread_position_in_grid]], uint2 n [[threads_per_grid]]) {
+    const uint i = p.y * n.x + p.x;
+    if (i == gone) return;
+    float s = simd_sum(x[i]);
+    for (uint k = 0; k < 2; ++k) {
+        s += x[i];
+        if (i == bad) x[i + 0x40000000u] = s;                        // LINE region
+        x[i] = s * 0.5f;
+    }
+}
 kernel void deep(device float* x [[buffer(0)]], uint i [[thread_position_in_grid]]) {
     float big[4000000];                                              // 16 MB of locals: more than any stack
     for (uint k = 0; k < 4000000; ++k) big[k] = x[i] + float(k);
@@ -391,6 +404,17 @@ def test_a_simt_kernel_names_the_statement_and_the_simdgroup(kernels, tmp_path, 
     sg = (bad % 128) // 32
     assert f"in threadgroup ({bad // 128}, 0, 0), SIMD-group {sg} (threads {sg * 32}-{sg * 32 + 31}), " \
            f"at {kernels[0]}:{line_of('simt')}; " in msg, msg
+
+
+@pytest.mark.parametrize("tg", [(32, 1), (16, 4), (8, 8), (12, 4)])  # rows of 32, 16, 8; any layout
+@pytest.mark.parametrize("returned", [False, True])                  # full mask; a lane returned
+def test_every_copy_of_a_simt_region_names_its_own_line(kernels, tmp_path, rng, tg, returned):
+    w, h = 48, 8
+    bad = int(rng.integers(0, w * h))
+    gone = (bad ^ 1) if returned else w * h
+    msg = fault(kernels, tmp_path, "region", rng.random(w * h, dtype=np.float32), scalars=[bad, gone],
+                tg2=list(tg), grid2=[w, h])
+    assert f"at {kernels[0]}:{line_of('region')}; " in msg, msg
 
 
 @pytest.mark.parametrize("n", [5, 4000])  # one group on the calling thread; many on the pool's workers too
