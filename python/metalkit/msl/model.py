@@ -100,6 +100,7 @@ class Unit:
     structs: list[StructDef] = field(default_factory=list)
     threadgroup_functions: set[str] = field(default_factory=set)  # functions declaring threadgroup variables
     log_helpers: set[str] = field(default_factory=set)  # SIMT: helpers that log (os_log) and reach no SIMD-group function
+    checked: bool = False  # a checked build (check= races, uninit, lockstep): every access is a call
     _attr_tokens: set | None = None
 
     @property

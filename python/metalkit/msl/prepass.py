@@ -55,7 +55,7 @@ def prepass(text: str, is_user, constants: dict | None = None, only=None, duplic
     reach a barrier or SIMD-group function (passes/callgraph.py), which read a function constant
     given no value, and how the SIMT pass reads statements and calls.
     """
-    unit = Unit(Source(text, is_user), dict(constants or {}), only)
+    unit = Unit(Source(text, is_user), dict(constants or {}), only, checked=execution.startswith("checked"))
     loop_hints.drop_unexpanded(unit)
     attributes.find(unit)
     functions.find(unit)
