@@ -32,6 +32,7 @@ from .._lru import Lru
 from . import cache, clang_facts, pch, stdlib_stubs, toolchain, zig_direct
 from .defines import define_lines
 from .paths import INCLUDE_DIR
+from .tokens import line_directive
 
 # The front end, code generator and diagnostics are imported when first needed: a
 # process that finds its kernels in the cache never loads them.
@@ -278,7 +279,7 @@ def _front(tc, opts: Options, lib_key: str, tmp, kernels, building: bool = True)
     if pp is None or not _fresh(pp[2]):
         src = tmp / "source.metal"
         # #line keeps every diagnostic in the user's own file name and lines.
-        src.write_text(f'{opts.prologue}#line 1 "{_escape(opts.filename)}"\n{opts.source}')
+        src.write_text(f'{opts.prologue}{line_directive(1, opts.filename)}\n{opts.source}')
         pp = (_preprocess(tc, opts, str(src)), str(src), {}, None)
     text, src_name, _, whole = pp
     if kernels is None and whole is not None and pch.ENABLED:  # plan's scan, then the build of a small file
@@ -393,10 +394,6 @@ def _driver(tc, opts: Options, module: Path, out: Path, header: Path | None) -> 
     if proc.returncode != 0 and toolchain.needs_runtime(proc.stderr):
         proc = toolchain.run(tc.compile(str(module), str(out), opts.fast_math, pch, checked, runtime=True))
     return proc
-
-
-def _escape(s: str) -> str:
-    return s.replace("\\", "\\\\").replace('"', '\\"')
 
 
 def _run(cmd: list[str], source: str, filename: str) -> str:

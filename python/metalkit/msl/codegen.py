@@ -10,6 +10,7 @@ from __future__ import annotations
 from .diagnostics import LAUNCHERS
 from .model import StructDef
 from .prepass import Kernel
+from .tokens import c_escape
 
 _KIND = {"buffer": "MK_ARG_BUFFER", "scalar": "MK_ARG_SCALAR",
          "threadgroup": "MK_ARG_THREADGROUP", "builtin": "MK_ARG_BUILTIN"}
@@ -42,7 +43,7 @@ _BUILTIN = {
 
 
 def _c_string(s: str) -> str:
-    return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return '"' + c_escape(s) + '"'
 
 
 def layouts(structs: list[StructDef]) -> list[str]:

@@ -16,8 +16,7 @@ import os
 import re
 from typing import Iterable, Optional
 
-from .build import _escape
-from .tokens import parse_marker
+from .tokens import line_directive, parse_marker
 
 _INCLUDE = re.compile(r'\s*#\s*include\s*"([^"]+)"')
 _PRAGMA_ONCE = re.compile(r"\s*#\s*pragma\s+once\b")
@@ -31,7 +30,7 @@ def inline_includes(source: str, filename: str, include_dirs: Iterable[str] = ()
     out: list[str] = []
 
     def splice(text: str, name: str, stack: tuple[str, ...]) -> None:
-        out.append(f'#line 1 "{_escape(name)}"')
+        out.append(line_directive(1, name))
         here = os.path.dirname(os.path.abspath(name)) if os.path.isfile(name) else None
         in_comment = False
         for number, line in enumerate(text.split("\n"), 1):
@@ -52,7 +51,7 @@ def inline_includes(source: str, filename: str, include_dirs: Iterable[str] = ()
                 if any(_PRAGMA_ONCE.match(h) for h in header.split("\n")):
                     once.add(key)
                 splice(header, path, stack + (key,))
-            out.append(f'#line {number + 1} "{_escape(name)}"')
+            out.append(line_directive(number + 1, name))
 
     top = (os.path.realpath(filename),) if os.path.isfile(filename) else ()
     splice(source, filename, top)

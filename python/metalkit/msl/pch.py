@@ -29,6 +29,7 @@ import threading
 from pathlib import Path
 
 from . import cache, toolchain
+from .tokens import c_escape
 
 # False: the pipeline as it was before this module, for bench/bench_small_compile.py to compare (every module
 # compiled from its whole text, the pre-pass reading the headers each time).
@@ -42,7 +43,7 @@ def head(text: str, src_name: str) -> int:
     """The length of the headers forced by ``-include`` at the start of ``clang -E`` output whose
     first line names ``src_name``, up to the marker of the return to that file; 0 if the text is
     not laid out so."""
-    at = text.find(f'\n# 1 "{_escape(src_name)}" 2\n')
+    at = text.find(f'\n# 1 "{c_escape(src_name)}" 2\n')
     return at + 1 if text.startswith("# 1 ") and at >= 0 else 0
 
 
@@ -52,12 +53,10 @@ def split(text: str, src_name: str) -> tuple[str, str] | None:
     n = head(text, src_name)
     if not n:
         return None
-    marker = f'# 1 "{_escape(src_name)}"'
+    marker = f'# 1 "{c_escape(src_name)}"'
     return text[text.index("\n") + 1:n], marker + "\n" + text[n + len(marker) + 3:]
 
 
-def _escape(s: str) -> str:
-    return s.replace("\\", "\\\\").replace('"', '\\"')
 
 
 def _key(tc: toolchain.Toolchain, fast_math: bool, prefix: str, checked: bool) -> str:

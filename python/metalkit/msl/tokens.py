@@ -46,6 +46,16 @@ def tokenize_line(text: str, line: int) -> list[Token]:
 _MARKER = re.compile(r'#\s*(?:line\s+)?(\d+)\s+"((?:[^"\\]|\\.)*)"')
 
 
+def c_escape(s: str) -> str:
+    """s as the inside of a C string literal (a file name in a ``#line`` marker or a call)."""
+    return s.replace("\\", "\\\\").replace('"', '\\"')
+
+
+def line_directive(line: int, file: str) -> str:
+    """``#line line "file"``: what follows is that line of that file."""
+    return f'#line {line} "{c_escape(file)}"'
+
+
 def parse_marker(text: str) -> tuple[int, str] | None:
     """(line, file) of a ``# N "file"`` line marker, else None."""
     m = _MARKER.match(text.lstrip())

@@ -10,6 +10,7 @@ comes from, so it stays on the user's lines.
 """
 from __future__ import annotations
 
+from ..tokens import c_escape, line_directive
 from . import scan, syntax as sx
 from .analysis import Function
 from .effects import Info
@@ -734,7 +735,7 @@ class Emitter:
     def emit_barrier(self, p: Piece, ctx_v: bool) -> None:
         s = p.stmts[0]
         f, ln, col = self.src.where(self.toks[s.a])
-        self.put(s.a, f'mk::simt::barrier(__f, __m, "{_c_escape(f)}", {ln}, {col});')
+        self.put(s.a, f'mk::simt::barrier(__f, __m, "{c_escape(f)}", {ln}, {col});')
 
     # -- control structures
     def emit_structure(self, p: Piece, ctx_v: bool) -> None:
@@ -940,12 +941,8 @@ class Emitter:
         return " ".join(out)
 
 
-def _c_escape(s: str) -> str:
-    return s.replace("\\", "\\\\").replace('"', '\\"')
-
-
 def _line_marker(where: tuple[str, int]) -> str:
-    return f'\n#line {where[1]} "{_c_escape(where[0])}"\n'
+    return f"\n{line_directive(where[1], where[0])}\n"
 
 
 def _unparen(e):

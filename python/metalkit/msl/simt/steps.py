@@ -24,6 +24,7 @@ kernel calls run whole per lane.
 from __future__ import annotations
 
 from ..model import FnDef, Unit
+from ..tokens import c_escape
 from . import scan
 
 # Tokens after which a '{' opens a block of statements (not an initializer or a class body).
@@ -40,8 +41,7 @@ def insert(unit: Unit, f: FnDef) -> None:
     def at(tok: int) -> str:
         """The source position of tok as C++ arguments: file, line, column."""
         file, line, col = src.where(toks[tok])
-        name = file.replace("\\", "\\\\").replace('"', '\\"')
-        return f'"{name}", {line}, {col}'
+        return f'"{c_escape(file)}", {line}, {col}'
 
     def meet(tok: int) -> str:
         return f"::metal::__mk::rt->simd_barrier({at(tok)})"
