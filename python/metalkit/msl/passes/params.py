@@ -93,6 +93,11 @@ def parse(unit: Unit, open_: int, close: int) -> list[Param]:
             kind = "buffer"
         else:
             kind = "scalar"
+            if ref:
+                # A `constant T&` is bound to metalkit's own copy of the caller's value, which
+                # nothing else can reach: __restrict lets the compiler read it once, not again
+                # after every store the kernel makes (a loop bound, a kargs struct's fields).
+                src.insert_after(next(k for kind_, k in g if kind_ == "tok" and toks[k].text == "&"), "__restrict")
         params.append(Param(name, decl, space, kind, idx, when=when, array=array))
     seen = {}
     for p in params:
