@@ -1,5 +1,7 @@
 """MSL forms the front end handles: templates with host_name, function constants,
 namespaces, [[kernel]], macros that generate kernels, columns kept for diagnostics."""
+import re
+
 import numpy as np
 import pytest
 
@@ -92,6 +94,16 @@ def test_prepass_keeps_columns():
     for word in ("void", "float* x", "uint i", "{ x[i]; }"):
         assert out.index(word) == src.index(word), word
     assert "device" not in out and "[[" not in out and "kernel" not in out
+
+
+def test_constant_reference_parameters_are_restrict():
+    """A `constant T&` is bound to the call's own copy, so the kernel may read it once: only it
+    gains __restrict (buffers, `device T&` and pointers may alias what the kernel writes)."""
+    text = ('# 1 "u.metal"\nkernel void k(device float* x [[buffer(0)]], constant uint& n [[buffer(1)]], '
+            'device float& y [[buffer(2)]], constant float* c [[buffer(3)]]) { x[0] = n + y + c[0]; }\n')
+    out = " ".join(prepass(text, lambda f: f == "u.metal").text.split())
+    assert re.search(r"const uint\s*&\s*__restrict n", out), out
+    assert out.count("__restrict") == 1, out
 
 
 def test_vertex_functions_are_refused(device):
