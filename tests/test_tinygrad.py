@@ -20,12 +20,17 @@ import metalkit as mk
 import metalkit.tinygrad as mtg
 from tinygrad import Context, Device, Tensor, Variable, dtypes
 from tinygrad.device import CompileError, TinyELF
+from tinygrad.engine import worker
+from tinygrad.helpers import getenv
 
 
 @pytest.fixture(scope="module", autouse=True)
 def cpu_device(tmp_path_factory):
     """tinygrad's CPU device compiles C with `clang` (or $CC). Where there is none, the clang
-    inside the ziglang wheel (a metalkit dependency) stands in. tinygrad's own disk cache is off."""
+    inside the ziglang wheel (a metalkit dependency) stands in. tinygrad's own disk cache is off.
+
+    tinygrad reads $CC through a cached getenv, in this process and in its pool of compile
+    workers, which another test may have started already: both start afresh with $CC set."""
     with pytest.MonkeyPatch.context() as mp:
         if shutil.which(os.environ.get("CC", "clang")) is None:
             import ziglang
@@ -33,8 +38,12 @@ def cpu_device(tmp_path_factory):
             wrapper.write_text(f'#!/bin/sh\nexec "{Path(ziglang.__file__).parent / "zig"}" clang "$@"\n')
             wrapper.chmod(0o755)
             mp.setenv("CC", str(wrapper))
+            getenv.cache_clear()
+            worker.terminate_worker_pool()
         with Context(CACHELEVEL=0):
             yield
+    getenv.cache_clear()
+    worker.terminate_worker_pool()  # its workers' $CC is gone with this module
 
 
 def on_both(fn, *arrays):
