@@ -67,6 +67,8 @@ struct Group {
   std::string fault;              // set by a fiber that asks the scheduler to raise a fault
   RunningFiber now;               // what the access checks read, kept in step (set_current, set_running)
   std::vector<uint32_t> sg_epochs;  // per SIMD-group: simdgroup_barriers completed in this group
+  const void* const* split_running = nullptr;  // a split kernel's running SIMD-group's frame,
+  unsigned split_sg_offset = 0;                // and where its index is in it (rt_begin_split_group)
 };
 
 // Not inlined: callers keep the reference, where an inlined thread_local would be looked up
@@ -76,8 +78,8 @@ struct Group {
   return g;
 }
 
-// g.current, g.running and g.direct change only here, so g.now (what the access checks read)
-// stays in step without work per access.
+// g.current, g.running and g.direct change only here (but for split kernels: rt_begin_split_group),
+// so g.now (what the access checks read) stays in step without work per access.
 inline void set_current(Group& g, unsigned i) {
   g.current = i;
   g.now.index = i * g.lanes;
@@ -89,6 +91,12 @@ inline void set_running(Group& g, bool running, bool direct) {
   g.now.running = running || direct;
   g.now.lanes = g.lanes;
   std::copy(g.pos, g.pos + 3, g.now.pos);
+}
+
+// The fiber or SIMD-group running now: g.current, or, in a split kernel, what its module says.
+unsigned running_unit(const Group& g) {
+  const char* frame = g.split_running ? static_cast<const char*>(*g.split_running) : nullptr;
+  return frame ? *reinterpret_cast<const unsigned*>(frame + g.split_sg_offset) : g.current;
 }
 
 void shuffle_order(Group& g, uint64_t round);
@@ -441,11 +449,9 @@ void run_group(mk_thread_fn fn, void* ctx, const unsigned* position, const unsig
   run_fibers(fn, nullptr, ctx, position, size, size[0] * size[1] * size[2], 1);
 }
 
-void run_simt_group(mk_simt_fn fn, void* ctx, const unsigned* position, const unsigned* size, unsigned nsg,
-                    int fibers) {
-  if (fibers > 1 || (fibers && nsg > 1)) return run_fibers(nullptr, fn, ctx, position, size, nsg, 32);
-  // No barrier to wait at: the SIMD-groups run one after another (in a shuffled order on
-  // request), on this thread's own stack (an overflow there is reported as one too).
+// Readies a group whose SIMD-groups run one after another, without fibers, on this thread's own
+// stack (an overflow there is reported as one too), in the order it returns: shuffled on request.
+Group& begin_direct(const unsigned* position, const unsigned* size, unsigned nsg) {
   Group& g = group();
   for (int i = 0; i < 3; ++i) {
     g.pos[i] = position[i];
@@ -459,11 +465,35 @@ void run_simt_group(mk_simt_fn fn, void* ctx, const unsigned* position, const un
   shuffle_order(g, 0);
   g.now.group_epoch = ++g.now.epoch;
   set_running(g, false, true);
+  return g;
+}
+
+void run_simt_group(mk_simt_fn fn, void* ctx, const unsigned* position, const unsigned* size, unsigned nsg,
+                    int fibers) {
+  if (fibers > 1 || (fibers && nsg > 1)) return run_fibers(nullptr, fn, ctx, position, size, nsg, 32);
+  Group& g = begin_direct(position, size, nsg);  // no barrier to wait at
   for (unsigned j = 0; j < nsg; ++j) {
     if (stop_requested()) raise_stop();
     set_current(g, g.order[j]);
     fn(ctx, g.current, nullptr);
   }
+  set_running(g, false, false);
+}
+
+// The module of a kernel split at its barriers runs the SIMD-groups itself; *running points to the
+// frame of the one it runs (running_unit). Its builds are never checked, so g.now's thread index,
+// which only the access checks read, is left as it is.
+const unsigned* rt_begin_split_group(const unsigned* position, const unsigned* size, unsigned nsg,
+                                     const void* const* running, unsigned sg_offset) {
+  Group& g = begin_direct(position, size, nsg);
+  g.split_running = running;
+  g.split_sg_offset = sg_offset;
+  return g.shuffle_seed ? g.order.data() : nullptr;
+}
+
+void rt_end_split_group() {
+  Group& g = group();
+  g.split_running = nullptr;
   set_running(g, false, false);
 }
 
@@ -527,7 +557,8 @@ const mk_runtime runtime = {MK_ABI_VERSION,    run_group,      rt_barrier,      
                             rt_simd_exchange,  rt_fault,       run_simt_group,   rt_simt_diverged,
                             rt_simt_barrier,   rt_access,      rt_threadgroup_variable,
                             rt_atomic,         rt_threadgroup_storage, rt_log,
-                            rt_watched_access, fiber_arena()};
+                            rt_watched_access, fiber_arena(),  rt_begin_split_group,
+                            rt_end_split_group};
 
 }  // namespace
 
@@ -539,7 +570,7 @@ bool running_thread(unsigned lane, unsigned group_pos[3], unsigned thread[3], bo
   Group& g = group();
   if (!g.running && !g.direct) return false;
   *lane_known = g.lanes == 1 || lane < 32;
-  const unsigned i = g.lanes == 1 ? g.current : g.current * 32 + (lane < 32 ? lane : 0);
+  const unsigned i = g.lanes == 1 ? g.current : running_unit(g) * 32 + (lane < 32 ? lane : 0);
   thread[0] = i % g.size[0];
   thread[1] = (i / g.size[0]) % g.size[1];
   thread[2] = i / (g.size[0] * g.size[1]);
@@ -555,8 +586,10 @@ std::string abandon_group(uintptr_t addr, bool* stack_overflow) {
   Group& g = group();
   *stack_overflow = addr && (g.stacks.in_guard(addr) || below_thread_stack(addr));
   if (!g.running && !g.direct) return "";
+  const unsigned unit = running_unit(g);
+  g.split_running = nullptr;
   set_running(g, false, false);
-  if (g.lanes != 1) return group_name() + ", " + unit_name(g.current);
+  if (g.lanes != 1) return group_name() + ", " + unit_name(unit);
   unsigned i = g.current, x = i % g.size[0], y = (i / g.size[0]) % g.size[1], z = i / (g.size[0] * g.size[1]);
   unsigned local[3] = {x, y, z};
   return group_name() + ", thread " + std::to_string(i) + " at " + triple(local) + " in its threadgroup";

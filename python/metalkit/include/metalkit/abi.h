@@ -10,7 +10,7 @@
 // an address within that distance above a frame of a fiber is the fiber's own stack.
 // MK_WATCH_RANGES: the ranges an mk_watch holds; MK_WATCH_SLOT: where a stack of the fiber arena
 // keeps its mk_watch pointer, this many bytes below its end (above the fiber's first frame).
-enum { MK_ABI_VERSION = 13, MK_SIMD_SLOT = 256, MK_FIBER_STACK_BYTES = 1 << 20, MK_WATCH_RANGES = 8,
+enum { MK_ABI_VERSION = 14, MK_SIMD_SLOT = 256, MK_FIBER_STACK_BYTES = 1 << 20, MK_WATCH_RANGES = 8,
        MK_WATCH_SLOT = 64 };
 
 #ifdef __cplusplus
@@ -277,6 +277,14 @@ typedef struct mk_runtime {
   // thread's mk_watch (which says whether the runtime needs it at all).
   void (*watched_access)(const mk_watch* watch, const void* addr, mk_u64 size, unsigned flags, const void* pc);
   const mk_fiber_arena* fiber_arena;
+  // A threadgroup of a SIMT kernel split at its barriers, whose module runs the SIMD-groups itself,
+  // region by region (launch.h run_groups_simt_regions): readies the group as run_simt_group does
+  // without fibers and returns the order to run its nsg SIMD-groups in if shuffled on request,
+  // else null (in order). *running points, while one runs, to its frame, whose SIMD-group index is
+  // `sg_offset` bytes in: faults and log messages name it from there. end_split_group closes it.
+  const unsigned* (*begin_split_group)(const unsigned* position, const unsigned* size, unsigned nsg,
+                                       const void* const* running, unsigned sg_offset);
+  void (*end_split_group)(void);
 } mk_runtime;
 
 // One argument of a logged message, as C varargs pass it (float and half as double).

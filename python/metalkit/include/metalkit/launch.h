@@ -191,30 +191,45 @@ template <class Body> struct simt_group {
   simt::frame** current;          // the OS thread's mk::simt::current_frame
 };
 
-template <class Body> void simt_sg(void* p, unsigned sg, void* scheduler) {
-  simt_group<Body>& c = *static_cast<simt_group<Body>*>(p);
-  simt::frame f;
-  const unsigned n = c.t.group_size.x * c.t.group_size.y * c.t.group_size.z;
-  f.group_pos = c.t.group_pos;
-  f.group_size = c.t.group_size;
-  f.dispatch_group_size = c.t.dispatch_group_size;
-  f.ngroups = c.t.ngroups;
-  f.grid = c.t.grid;
-  f.base = c.base;
+// SIMD-group sg's frame in the threadgroup `t` (lane 0's ids) starting at `base`.
+__attribute__((always_inline)) inline void simt_frame(simt::frame& f, const thread_ids& t, u3 base, unsigned sg,
+                                                      metal::__mk::simt_exchange* x, void* scheduler) {
+  const unsigned n = t.group_size.x * t.group_size.y * t.group_size.z;
+  f.group_pos = t.group_pos;
+  f.group_size = t.group_size;
+  f.dispatch_group_size = t.dispatch_group_size;
+  f.ngroups = t.ngroups;
+  f.grid = t.grid;
+  f.base = base;
   f.sg = sg;
   f.nsg = (n + 31u) / 32u;
   const unsigned lanes = n - sg * 32u < 32u ? n - sg * 32u : 32u;
   f.alive = lanes == 32u ? ~0u : (1u << lanes) - 1u;
   f.fibers = scheduler != nullptr;  // the runtime runs them as fibers when c.fibers and nsg > 1
   f.scheduler = scheduler;
-  f.x = c.x;
+  f.x = x;
+  f.region = 0;
+  f.split = false;
   f.init_positions();
-  thread_ids t = c.t;
-  t.index_in_group = sg * 32u;
+}
+
+// Lane 0's ids of the SIMD-group whose frame is f.
+__attribute__((always_inline)) inline thread_ids simt_lane0(thread_ids t, const simt::frame& f) {
+  t.index_in_group = f.sg * 32u;
   t.pos_in_group = f.pos_in_group(0);
   t.pos_in_grid = f.pos_in_grid(0);
+  return t;
+}
+
+template <class Body> void simt_sg(void* p, unsigned sg, void* scheduler) {
+  simt_group<Body>& c = *static_cast<simt_group<Body>*>(p);
+  // Aligned, so the kernel's stack arrays below sit the same way whatever called this: where they
+  // fell followed the runtime's build, and a vector access that splits a cache line also stalls
+  // the loads after it.
+  alignas(64) simt::frame f;
+  simt_frame(f, c.t, c.base, sg, c.x, scheduler);
   *c.current = &f;
-  (*c.body)(t);
+  (*c.body)(simt_lane0(c.t, f));
 }
 
 template <class Body>
@@ -232,6 +247,46 @@ void run_groups_simt(const mk_dispatch* d, mk_u64 first, mk_u64 last, volatile m
     const u3 n = group_ids(d, g, c.t, c.base);
     const unsigned pos[3] = {c.t.group_pos.x, c.t.group_pos.y, c.t.group_pos.z}, size[3] = {n.x, n.y, n.z};
     metal::__mk::rt->run_simt_group(simt_sg<Body>, &c, pos, size, (n.x * n.y * n.z + 31u) / 32u, fibers);
+  }
+}
+
+// A SIMT kernel split at its barriers into `regions` (msl/simt/fission.py): each region runs for
+// every SIMD-group of a threadgroup before the next region starts, which is what the barriers
+// between them ask for, so a barrier costs no fiber switch. The kernel is inlined here (the
+// front end marks it), and its SIMD-groups run in this loop; the runtime finds the running one
+// through current_frame. A SIMD-group's state goes from one region to the next in its frame and
+// the kernel's slots.
+template <class Body>
+void run_groups_simt_regions(const mk_dispatch* d, mk_u64 first, mk_u64 last, volatile mk_u64* at,
+                             unsigned regions, Body body) {
+  metal::__mk::simt_exchange* const x = &simt::thread_exchange;  // thread-locals: looked up once
+  simt::frame** const current = &simt::current_frame;
+  alignas(64) simt::frame frames[32];  // a threadgroup holds at most 1024 threads (aligned: simt_sg)
+  for (mk_u64 g = first; g < last; ++g) {
+    *at = g;
+    thread_ids t;
+    u3 base;
+    const u3 n = group_ids(d, g, t, base);
+    const unsigned pos[3] = {t.group_pos.x, t.group_pos.y, t.group_pos.z}, size[3] = {n.x, n.y, n.z};
+    const unsigned nsg = (n.x * n.y * n.z + 31u) / 32u;
+    *current = nullptr;  // until a SIMD-group runs
+    const unsigned* order = metal::__mk::rt->begin_split_group(pos, size, nsg, (const void* const*)current,
+                                                               __builtin_offsetof(simt::frame, sg));
+    for (unsigned r = 0; r < regions; ++r)
+      for (unsigned j = 0; j < nsg; ++j) {
+        const unsigned sg = order ? order[j] : j;
+        simt::frame& f = frames[sg];
+        if (r == 0) {
+          simt_frame(f, t, base, sg, x, nullptr);
+          f.split = true;
+        } else if (!f.alive) {
+          continue;  // every lane has returned
+        }
+        f.region = (unsigned short)r;
+        *current = &f;
+        body(simt_lane0(t, f));
+      }
+    metal::__mk::rt->end_split_group();
   }
 }
 

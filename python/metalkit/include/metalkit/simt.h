@@ -221,8 +221,9 @@ template <class A, class B> __MK_F decltype(auto) rem_to(A&& a, B b) {
 
 // ---- the SIMD-group being run ----
 struct frame {
+  unsigned sg;            // SIMD-group index in the threadgroup (the runtime reads it through
+                          // current_frame while a split kernel runs: mk_runtime::begin_split_group)
   u3 group_pos, group_size, dispatch_group_size, ngroups, grid, base;
-  unsigned sg;            // SIMD-group index in the threadgroup
   unsigned nsg;           // SIMD-groups in the threadgroup
   unsigned alive;         // lanes that exist and have not returned from the kernel
   bool fibers;            // SIMD-groups run as fibers: a barrier waits for the others
@@ -234,6 +235,8 @@ struct frame {
   bool affine;            // lane l's x position is pos[0].x + l (each row holds whole SIMD-groups)
   unsigned rows;          // 16 or 8: the threadgroup is that wide and lane l is at column l % rows of
                           // row pos[0].y + l / rows (plane pos[0].z); else 0
+  unsigned short region;  // of a kernel split at its barriers: the one to run (launch.h)
+  bool split;             // run as such a kernel's regions (launch.h run_groups_simt_regions)
 
   __MK_F unsigned index(unsigned l) const { return sg * 32u + l; }
   // Divides once per SIMD-group, then steps lane by lane.
@@ -329,10 +332,16 @@ template <class D, class Res, class P> __MK_F void invoke_logging(unsigned m, Re
 // threadgroup_barrier: the SIMD-group arrives if any lane is here (as on the GPU; the runtime
 // faults under check= unless every live lane is); then the other SIMD-groups of the threadgroup
 // run up to a barrier.
-__MK_F void barrier(frame& f, unsigned m, const char* file, int line, int column) {
+// `ends_region`: the barrier ends a region of a kernel split at its barriers, whose launcher runs
+// the next region only once every SIMD-group has run this one; any other barrier in such a kernel
+// run without fibers would not wait, so it faults (the front end splits no kernel that has one).
+__MK_F void barrier(frame& f, unsigned m, const char* file, int line, int column, bool ends_region = false) {
   if (!m) return;
   if (m != f.alive) metal::__mk::rt->simt_diverged(f.sg, f.alive & ~m, file, line);
   if (f.fibers) metal::__mk::rt->simt_barrier(f.scheduler, file, line, column);
+  else if (f.split && !ends_region && f.nsg > 1)
+    metal::__mk::rt->fault("internal error: a barrier inside a region of a kernel split at its barriers; "
+                           "run it with execution=\"fibers\" and report it", file, line);
 }
 
 }  // namespace simt
