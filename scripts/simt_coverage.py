@@ -1,4 +1,5 @@
-"""How many kernels of the corpora run under SIMT, and why the others fall back to fibers.
+"""How many kernels of the corpora run under SIMT (and how many of those are split at their
+barriers, simt/fission.py), and why the others fall back to fibers.
 
     python scripts/simt_coverage.py            # llama.cpp's and MLX's kernels (about 10 minutes)
     python scripts/simt_coverage.py ggml       # one corpus; "mlx scan" keeps the MLX files named *scan*
@@ -42,7 +43,7 @@ def main(which: str = "all", name_filter: str | None = None) -> None:
     tc = toolchain.find()
     reasons: collections.Counter = collections.Counter()
     examples: dict[str, list[str]] = {}
-    total = sync = 0
+    total = sync = split = 0
     for path, include_dirs, constants in sources(which, name_filter):
         start = time.monotonic()
         opts = build.Options.of(path.read_text(), str(path), [str(path.parent), *include_dirs], constants,
@@ -55,6 +56,7 @@ def main(which: str = "all", name_filter: str | None = None) -> None:
             if k.execution == "loop":
                 continue
             sync += 1
+            split += k.regions > 0
             if k.execution != "simt":  # "fibers: why (file:line)": counted by the construct
                 why = re.sub(r"'[^']*'", "...", re.sub(r"\s*\([^()]*\)$", "", k.execution))
                 reasons[why] += 1
@@ -64,7 +66,7 @@ def main(which: str = "all", name_filter: str | None = None) -> None:
               f"{time.monotonic() - start:.0f} s", flush=True)
     share = 100 * sum(reasons.values()) / sync if sync else 0.0
     print(f"\n{total} kernels, {sync} with barriers or SIMD-group functions, {sum(reasons.values())} of them "
-          f"on the fallback ({share:.2f}%)")
+          f"on the fallback ({share:.2f}%); {split} split at their barriers")
     for why, count in reasons.most_common():
         print(f"{count:6d}  {why}")
         for e in examples[why][:3]:

@@ -324,6 +324,88 @@ def test_threads_return_from_inside_a_loop_with_barriers(device, model, rng, n, 
     np.testing.assert_array_equal(out, want)
 
 
+# ---- kernels split at their barriers -------------------------------------------------------------
+
+# Every barrier at the body's top level: SIMT runs each region for every SIMD-group before the next
+# (simt/fission.py), carrying over the locals later regions use: a uniform value, device and
+# threadgroup pointers, a per-lane vector, per-lane arrays sized by a constant (one stored element
+# by element across the lanes), a SIMD-group sum;
+# threads past n return before the first barrier.
+SPLIT = """
+template <typename T>
+kernel void carry(device const T* in [[buffer(0)]], device T* out [[buffer(1)]], constant uint& n [[buffer(2)]],
+                  threadgroup T* tmp [[threadgroup(0)]],
+                  uint i [[thread_position_in_grid]], uint l [[thread_index_in_threadgroup]],
+                  uint g [[threadgroup_position_in_grid]], uint tg [[dispatch_threads_per_threadgroup]],
+                  uint lane [[thread_index_in_simdgroup]], uint sg [[simdgroup_index_in_threadgroup]]) {
+    constexpr uint W = 3;
+    threadgroup float sums[32];
+    uint base = g * tg;
+    device T* row = out + base;
+    threadgroup T* mine = tmp + l;
+    float4 v = float4(float(in[min(i, n - 1)]), float(l), 1.0f, 0.5f);
+    float w[W] = {v.x, 2.0f * v.x, 3.0f};
+    float acc[W];
+    for (uint k = 0; k < W; ++k) acc[k] = v.x + float(k);
+    if (i >= n) return;
+    *mine = T(v.x);
+    float s = simd_sum(v.x);
+    if (lane == 0) sums[sg] = s;
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    T nxt = base + l + 1 < n && l + 1 < tg ? tmp[l + 1] : *mine;
+    w[1] += float(nxt);
+    s += sums[0];
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    *mine = nxt;
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    T other = (l ^ 1u) < tg && base + (l ^ 1u) < n ? tmp[l ^ 1u] : T(0);
+    row[l] = T(w[0] + w[1] + w[2] + s + v.y + v.w + acc[2]) + other;
+}
+#define CARRY(T) template [[host_name("carry_" #T)]] kernel void carry<T>(device const T*, device T*, \\
+    constant uint&, threadgroup T*, uint, uint, uint, uint, uint, uint);
+CARRY(float)
+CARRY(int)
+"""
+
+
+def carried_reference(x, n, tg):
+    """What `carry` writes, in float64 (its float32 sums differ from it by rounding only)."""
+    x = x.astype(np.float64)
+    out = np.zeros(n)
+    for base in range(0, n, tg):
+        idx = np.arange(base, min(base + tg, n))
+        l = idx - base
+        sg_sums = {sg: x[idx[l // 32 == sg]].sum() for sg in set(l // 32)}
+        nxt = np.where((l + 1 < tg) & (idx + 1 < n), x[np.minimum(idx + 1, n - 1)], x[idx])
+        partner = l ^ 1
+        ok = (partner < tg) & (base + partner < n)
+        other = np.where(ok, nxt[np.minimum(partner, len(idx) - 1)], 0.0)
+        s = np.array([sg_sums[k] for k in l // 32]) + sg_sums[0]
+        out[idx] = x[idx] + 2 * x[idx] + nxt + 3.0 + s + l + 0.5 + (x[idx] + 2) + other
+    return out
+
+
+@pytest.mark.parametrize("n,tg", [(1, 32), (31, 64), (100, 64), (1000, 256), (5000, 96), (2049, 1024), (7, 7)])
+def test_a_kernel_split_at_its_barriers_carries_its_locals_over(device, rng, n, tg):
+    results = {}
+    for model in ("simt", "fibers", "threads"):
+        lib = build_as(SPLIT, "split.metal", model)
+        check_model(lib.carry_float, model)
+        x = (rng.random(n, dtype=np.float32) * 100).astype(np.float32)
+        x = results.setdefault("x", x)
+        out = np.full(n, np.nan, np.float32)
+        lib.carry_float(x, out, n, threadgroup=tg, threadgroup_memory={0: tg * 4})
+        results[model] = out
+        xi = (x * 10).astype(np.int32)
+        outi = np.zeros(n, np.int32)
+        lib.carry_int(xi, outi, n, threadgroup=tg, threadgroup_memory={0: tg * 4})
+        np.testing.assert_array_equal(outi, carried_reference(xi, n, tg).astype(np.int32))
+    np.testing.assert_allclose(results["simt"], carried_reference(results["x"], n, tg), rtol=1e-5)
+    # The same SIMD-group sums in the same order: every model writes the same bits.
+    np.testing.assert_array_equal(results["simt"], results["threads"])
+    np.testing.assert_array_equal(results["fibers"], results["threads"])
+
+
 # ---- divergence and reconvergence, SIMD-group functions under masks ---------------------------
 
 DIVERGE = """

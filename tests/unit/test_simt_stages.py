@@ -55,6 +55,19 @@ kernel void k(device float* out, threadgroup float* tmp, uint tid [[thread_posit
     threadgroup_barrier(mem_flags::mem_threadgroup);
     out[tid] = tmp[l ^ 1];
 }""",
+    "split_at_barriers": """
+kernel void k(device float* out, constant uint& n, uint tid [[thread_position_in_grid]],
+              uint l [[thread_index_in_threadgroup]]) {
+    threadgroup float t[64];
+    uint half_n = n / 2;
+    float x = out[tid];
+    if (tid >= n) return;
+    t[l] = x;
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    x += t[l ^ 1];
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    out[tid] = x + float(half_n);
+}""",
     "helper_twin": """
 float total(float v, float scale) {
     float s = simd_sum(v);
@@ -194,7 +207,7 @@ def _report(result, plans) -> str:
         out.append("-- emitted")
         out.append(plan.emitter.text().replace("; ", ";\n"))
     out.append("==== executions")
-    out += [f"{k.host_name}: {k.execution}" for k in result.kernels]
+    out += [f"{k.host_name}: {k.execution}{f' in {k.regions} regions' if k.regions else ''}" for k in result.kernels]
     return "\n".join(out) + "\n"
 
 
@@ -220,3 +233,111 @@ def test_stages_match_their_goldens(case):
         path.write_text(got)
     assert path.exists(), f"no golden for {case}: run with METALKIT_UPDATE_GOLDENS=1"
     assert got == path.read_text(), f"{case} differs from {path}; if intended, regenerate (see the module docstring)"
+
+
+# Kernels split at their barriers (simt/fission.py), and kernels that must stay on fibers: the
+# number of regions, 0 for none.
+SPLITS = {
+    "carried locals of every allowed kind": (2, """
+template <typename T>
+kernel void k(device T* out, threadgroup T* tmp, constant uint& n, uint l [[thread_index_in_threadgroup]],
+              uint g [[threadgroup_position_in_grid]]) {
+    constexpr uint W = 3;
+    uint base = g * n;
+    device T* row = out + base;
+    threadgroup T* mine = tmp + l;
+    float4 v = float4(row[l]);
+    float w[W] = {v.x, 2.0f, 3.0f};
+    *mine = T(v.x * w[l % W]);
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    row[l] = *mine + T(base) + T(w[0]) + T(v.y);
+}
+template [[host_name("k_float")]] kernel void k<float>(device float*, threadgroup float*, constant uint&, uint, uint);
+"""),
+    "a barrier in a loop": (0, """
+kernel void k(device float* out, threadgroup float* tmp, uint l [[thread_index_in_threadgroup]]) {
+    for (uint i = 0; i < 4; ++i) {
+        tmp[l] = out[l] + float(i);
+        threadgroup_barrier(mem_flags::mem_threadgroup);
+        out[l] = tmp[l ^ 1];
+    }
+}"""),
+    "a barrier in a helper": (0, """
+void sync_all() { threadgroup_barrier(mem_flags::mem_threadgroup); }
+kernel void k(device float* out, threadgroup float* tmp, uint l [[thread_index_in_threadgroup]]) {
+    tmp[l] = out[l];
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    sync_all();
+    out[l] = tmp[l ^ 1];
+}"""),
+    "an auto local carried over": (0, """
+kernel void k(device float* out, threadgroup float* tmp, uint l [[thread_index_in_threadgroup]]) {
+    auto x = out[l] * 2.0f;
+    tmp[l] = x;
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    out[l] = tmp[l ^ 1] + x;
+}"""),
+    "a pointer to a local carried over": (0, """
+kernel void k(device float* out, threadgroup float* tmp, uint l [[thread_index_in_threadgroup]]) {
+    float acc[2] = {out[l], 1.0f};
+    thread float* p = acc;
+    tmp[l] = p[0];
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    out[l] = tmp[l ^ 1] + p[1];
+}"""),
+    "a struct local carried over": (0, """
+struct Pair { float a, b; };
+kernel void k(device float* out, threadgroup float* tmp, uint l [[thread_index_in_threadgroup]]) {
+    Pair q = {out[l], 2.0f};
+    tmp[l] = q.a;
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    out[l] = tmp[l ^ 1] * q.b;
+}"""),
+    "threadgroup memory declared after a statement": (0, """
+kernel void k(device float* out, uint l [[thread_index_in_threadgroup]]) {
+    float x = out[l];
+    threadgroup float t[64];
+    t[l] = x;
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    out[l] = t[l ^ 1];
+}"""),
+    "a parameter moved before a barrier": (0, """
+kernel void k(device const float* x, device float* out, threadgroup float* tmp,
+              uint l [[thread_index_in_threadgroup]], uint g [[threadgroup_position_in_grid]]) {
+    x += g * 64;
+    tmp[l] = x[l];
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    out[g * 64 + l] = tmp[l ^ 1] + x[l];
+}"""),
+    "a parameter moved after the last barrier": (2, """
+kernel void k(device const float* x, device float* out, threadgroup float* tmp,
+              uint l [[thread_index_in_threadgroup]], uint g [[threadgroup_position_in_grid]]) {
+    tmp[l] = x[g * 64 + l];
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    out += g * 64;
+    out[l] = tmp[l ^ 1];
+}"""),
+    "a per-lane array too large to carry": (0, """
+kernel void k(device float* out, threadgroup float* tmp, uint l [[thread_index_in_threadgroup]]) {
+    float big[1024];
+    for (uint k = 0; k < 1024; ++k) big[k] = out[l] + float(k);
+    tmp[l] = big[3];
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    out[l] = tmp[l ^ 1] + big[l % 1024];
+}"""),
+    "two barriers, nothing carried, ending at a barrier": (2, """
+kernel void k(device float* out, threadgroup float* tmp, uint l [[thread_index_in_threadgroup]]) {
+    tmp[l] = out[l];
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    out[l] = tmp[l ^ 1];
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+}"""),
+}
+
+
+@pytest.mark.parametrize("case", sorted(SPLITS))
+def test_which_kernels_split_at_their_barriers(case):
+    regions, src = SPLITS[case]
+    result, _ = _run(src)
+    assert [k.execution for k in result.kernels] == ["simt"]
+    assert [k.regions for k in result.kernels] == [regions]

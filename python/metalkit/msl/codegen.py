@@ -115,7 +115,9 @@ def launchers(kernels: list[Kernel], structs: list[StructDef] = (), checked: boo
                    "volatile mk_u64* at) {")
         out.append("  (void)tg;")
         out.extend(binds)
-        if k.execution == "simt":
+        if k.execution == "simt" and k.regions:
+            runner = f"mk::run_groups_simt_regions(d, first, last, at, {k.regions}, "  # never checked (prepass)
+        elif k.execution == "simt":
             # A checked build runs on fibers only (checked_access.h tells stack memory by address).
             fibers = 2 if checked else int(k.uses_barrier)
             runner = f"mk::run_groups_simt(d, first, last, at, {fibers}, "
@@ -125,7 +127,10 @@ def launchers(kernels: list[Kernel], structs: list[StructDef] = (), checked: boo
             runner = f"mk::run_groups<{'true' if logs else 'false'}>(d, first, last, at, "
         out.append(f"  {runner}[&](const mk::thread_ids& t) __attribute__((always_inline)) {{")
         out.append("    (void)t;")
-        out.append(f"    {fp}({', '.join(call)});")
+        # A split kernel is inlined into its launcher's loops over regions and SIMD-groups, where
+        # what each call would look up again (its frame, threadgroup storage, its slots) is found once.
+        inline = "[[clang::always_inline]] " if k.execution == "simt" and k.regions else ""
+        out.append(f"    {inline}{fp}({', '.join(call)});")
         out.append("  });")
         out.append("}")
     out.append("const mk_kernel_info __mk_kernels[] = {")

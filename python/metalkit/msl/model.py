@@ -41,6 +41,7 @@ class Kernel:
     execution: str = "loop"      # "loop", "simt", or "fibers: "/"threads: " and why (metalkit.execution.parse)
     unset_constant: str = ""     # a function constant it uses that was given no value
     threadgroup_variables: bool = False  # its body declares threadgroup variables
+    regions: int = 0             # SIMT, split at its barriers into this many regions (simt/fission.py)
 
 
 @dataclass

@@ -86,7 +86,7 @@ def prepass(text: str, is_user, constants: dict | None = None, only=None, duplic
             unit.statements = _statements(unit, found, positions)
             unit.call_sync = _call_sync(unit, found, positions, reach)
     if execution in ("auto", "checked", "guarded"):
-        simt.transform(unit, reach, text, head)
+        simt.transform(unit, reach, text, head, split=execution == "auto")
         if execution == "checked":  # loops too run a fiber per thread, so each access names its thread
             for k in unit.kernels:
                 if k.execution == "loop":

@@ -24,7 +24,7 @@ from ..model import FnDef, Kernel, Unit
 from ..tokens import Token
 from ..passes.callgraph import LOG_METHODS, Reach
 from ..passes.params import BUILTINS
-from . import functions, names as names_mod, regions, scan, steps
+from . import fission, functions, names as names_mod, regions, scan, steps
 from .analysis import Function
 from .emit import LANE_LOOP, LANES, Emitter
 from .resolve import Var
@@ -60,8 +60,9 @@ LANE_BUILTINS = {
 assert set(LANE_BUILTINS) <= BUILTINS
 
 
-def transform(unit: Unit, reach: Reach, text: str, head: int = 0) -> None:
-    """Rewrites the SIMT functions of `unit` and sets each kernel's `execution`."""
+def transform(unit: Unit, reach: Reach, text: str, head: int = 0, split: bool = False) -> None:
+    """Rewrites the SIMT functions of `unit` and sets each kernel's `execution`. ``split``: kernels
+    whose barriers allow it run as regions (fission.py; builds that run SIMT kernels without fibers)."""
     for k in unit.kernels:
         k.execution = "loop"
     sync_kernels = [k for k in unit.kernels if k.needs_sync]
@@ -126,10 +127,14 @@ def transform(unit: Unit, reach: Reach, text: str, head: int = 0) -> None:
         fns = [f for f in by_name.get(fname, ()) if f.is_kernel]
         reason = next((why[k.host_name] for k in ks if k.host_name in why), None)
         plans = []
+        # Split at its barriers: one definition, none of them reached through a helper or a
+        # function passed as a template argument.
+        splits = split and len(fns) == 1 and not any(reach.barrier.get(c) for c in reach.calls.get(fname, ())) \
+            and not any(t.text in sync_names for k in ks for t in unit.toks[k.targs[0]:k.targs[1] + 1])
         if reason is None:
             try:
                 for f in fns:
-                    plan = _KernelPlan(unit, f, _body(unit, f, names), sync_names, ref_params)
+                    plan = _KernelPlan(unit, f, _body(unit, f, names), sync_names, ref_params, splits)
                     plan.prepare()
                     plans.append(plan)
             except Unsupported as e:
@@ -137,6 +142,7 @@ def transform(unit: Unit, reach: Reach, text: str, head: int = 0) -> None:
         for k in ks:
             # One body serves every instantiation of a kernel template: all run one way.
             k.execution = why.get(k.host_name) or reason or "simt"
+            k.regions = plans[0].regions if k.execution == "simt" and len(plans) == 1 else 0
             if k.execution != "simt" and k.host_name not in why and reason is not None and reason != why.get(k.host_name):
                 k.execution = reason
         if reason is None:
@@ -230,7 +236,7 @@ def _ref_params(unit: Unit, by_name: dict) -> dict[str, set[int]]:
 class _KernelPlan:
     """A kernel: called once per SIMD-group, its signature unchanged, its body replaced."""
 
-    def __init__(self, unit: Unit, f: FnDef, body, sync_names, ref_params):
+    def __init__(self, unit: Unit, f: FnDef, body, sync_names, ref_params, splits: bool = False):
         self.unit, self.f = unit, f
         self.decls = functions.parameters_of(unit, f)
         kinds = {p.name: p for p in f.params}
@@ -255,6 +261,11 @@ class _KernelPlan:
                 v.affine, v.vector = "maybe", VECTOR_TYPES[words[0]]
         self.emitter = Emitter(self.fn, True, False)
         self.pieces = regions.form(self.fn)
+        self.split = None
+        if splits and any(p.kind == "B" for p in self.pieces):
+            tparams = {p.name for p in functions.signature(unit, f).tparams if p.name} if f.is_template else set()
+            self.split = fission.split(self.fn, self.pieces, tparams)
+        self.regions = len(self.split.regions) if self.split else 0
 
     def prepare(self) -> None:
         e, f = self.emitter, self.f
@@ -282,7 +293,10 @@ class _KernelPlan:
             prologue.append(f"mk::lanes<{v.type_text}> {v.name}; {LANES} {v.name}.set(__l, {value});")
         a, b = f.body
         e.put(a, "{ " + " ".join(prologue))
-        e.emit_list(self.pieces, False)
+        if self.split:
+            e.emit_split(self.pieces, self.split)
+        else:
+            e.emit_list(self.pieces, False)
         e.put(b, "}")
 
     def apply(self) -> None:

@@ -63,6 +63,7 @@ class Emitter:
         self.full = False  # writing a region's twin for a full mask (region_loops)
         self.fill = False  # writing a region that stores every lane's slot (fills_every_lane)
         self.sparse = False  # writing the branch of an `if (p == v)`: few lanes (emit_masked)
+        self.splitting = False  # writing the barriers that end a split kernel's regions (emit_split)
         self.fixed: tuple[int, bool] | None = None  # (shape, full mask) of the loop version being written
         self.has_result = has_result
         # token -> the code put there, each with the token it was written for: a region's second
@@ -735,7 +736,52 @@ class Emitter:
     def emit_barrier(self, p: Piece, ctx_v: bool) -> None:
         s = p.stmts[0]
         f, ln, col = self.src.where(self.toks[s.a])
-        self.put(s.a, f'mk::simt::barrier(__f, __m, "{c_escape(f)}", {ln}, {col});')
+        ends = ", true" if self.splitting else ""
+        self.put(s.a, f'mk::simt::barrier(__f, __m, "{c_escape(f)}", {ln}, {col}{ends});')
+
+    # -- a kernel split at its barriers (fission.py)
+    def emit_split(self, pieces: list[Piece], split) -> None:
+        """The kernel's leading declarations, then each region as the block that runs when the frame
+        names it. Locals a later region uses go into the SIMD-group's slot at the region's end and
+        come back at the next one's start, with the mask; lanes that returned stay out (guards)."""
+        for p in pieces[:split.prefix]:
+            self.emit_piece(p, False)
+        members = [f"{self.slot_type(c, True)} {self.toks[c.dc.name].text};" for c in split.carried]
+        self.put(split.regions[0][0].stmts[0].a,
+                 f"struct __mk_slots {{ {' '.join(members)} unsigned __m, __rt; }}; "
+                 "static thread_local __mk_slots __mk_slot[32]; __mk_slots& __x = __mk_slot[__f.sg];")
+        guard = "if (!__f.alive) return; if (__m) {"
+        guards = 0
+        last = len(split.regions) - 1
+        self.splitting = True
+        for r, region in enumerate(split.regions):
+            head = f"if (__f.region == {r}u) {{" if r < last else "{"
+            if r:
+                head += " __m = __x.__m; __rt = __x.__rt;" + "".join(
+                    f" {self.slot_type(c, False)} {self.toks[c.dc.name].text} = __x.{self.toks[c.dc.name].text};"
+                    for c in split.restored_in(r))
+            self.put(region[0].stmts[0].a, head + f" {guard}" * guards)
+            for k, p in enumerate(region):
+                self.emit_piece(p, False)
+                if p.retires and k + 1 < len(region):
+                    self.put(region[k + 1].stmts[0].a, guard)
+                    guards += 1
+            end = region[-1].stmts[-1].b
+            if r < last:
+                saves = "".join(f" __x.{n} = {n};" for n in (self.toks[c.dc.name].text for c in split.saved_after(r)))
+                self.put(end, f"{saves} {'}' * guards} __x.__m = __m; __x.__rt = __rt; return; }}")
+            else:
+                self.put(end, "}" * guards + " }")
+        self.splitting = False
+
+    def slot_type(self, c, member: bool) -> str:
+        """A carried local's type: as declared, or (``member``) as its slot holds it, unqualified."""
+        if c.var.lanes:
+            return self.lanes_decl(c.dc, c.decl).rsplit(" ", 1)[0]
+        t = self.render(c.decl.type[0], c.decl.type[1], None)
+        if c.dc.ptr[1] >= c.dc.ptr[0]:
+            t += " " + self.render(c.dc.ptr[0], c.dc.ptr[1], None)
+        return f"mk::simt::auto_t<{t}>" if member else t
 
     # -- control structures
     def emit_structure(self, p: Piece, ctx_v: bool) -> None:
