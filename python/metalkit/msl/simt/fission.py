@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from ..consteval import const_int
 from . import syntax as sx
 from .regions import Piece
 
@@ -184,6 +185,6 @@ def _bytes(toks, c: Carried, constants: dict) -> int | None:
 def _literal_text(text: str) -> int | None:
     """An integer literal's value (`8`, `0x10u`), or None."""
     try:
-        return int(text.rstrip("uUlL"), 0)
+        return const_int(text)
     except ValueError:
         return None
