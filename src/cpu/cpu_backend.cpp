@@ -24,6 +24,7 @@
 #include "guarded.h"
 #include "kernel_log.h"
 #include "stop.h"
+#include "streaming.h"
 #include "thread_pool.h"
 
 namespace mk {
@@ -418,6 +419,7 @@ class CpuKernel : public KernelImpl {
     }
     d.args = args;
     d.only = ~0u;
+    d.stream_bytes = info_.flags & MK_KERNEL_STREAMS ? stream_bytes(spec_.name) : ~uint64_t(0);
     const uint64_t groups = g.ngroups.product();
     // Enough groups per chunk that a chunk is worth a hand-off (~16k threads), yet no fewer
     // chunks than cores while each keeps 4k threads: a matmul of 144 groups of 128 threads was

@@ -10,7 +10,7 @@
 // an address within that distance above a frame of a fiber is the fiber's own stack.
 // MK_WATCH_RANGES: the ranges an mk_watch holds; MK_WATCH_SLOT: where a stack of the fiber arena
 // keeps its mk_watch pointer, this many bytes below its end (above the fiber's first frame).
-enum { MK_ABI_VERSION = 14, MK_SIMD_SLOT = 256, MK_FIBER_STACK_BYTES = 1 << 20, MK_WATCH_RANGES = 8,
+enum { MK_ABI_VERSION = 15, MK_SIMD_SLOT = 256, MK_FIBER_STACK_BYTES = 1 << 20, MK_WATCH_RANGES = 8,
        MK_WATCH_SLOT = 64 };
 
 #ifdef __cplusplus
@@ -83,6 +83,9 @@ typedef struct mk_dispatch {
   // ~0u: every thread of each group runs. Else only this one (linear index in its group) of a
   // kernel run as a loop: after a fault the runtime runs the group's threads one at a time.
   unsigned only;
+  // A kernel flagged MK_KERNEL_STREAMS stores its outputs past the cache when the dispatch writes
+  // at least this many bytes through them (launch.h run_groups_streamed).
+  mk_u64 stream_bytes;
 } mk_dispatch;
 
 // Runs threadgroups [first, last) (linear index, x fastest) on the calling
@@ -99,7 +102,8 @@ enum mk_kernel_flags {
   MK_KERNEL_NEEDS_FIBERS = 1,
   MK_KERNEL_SIMT = 2,
   MK_KERNEL_BARRIERS = 4,
-  MK_KERNEL_TG_VARIABLES = 8
+  MK_KERNEL_TG_VARIABLES = 8,
+  MK_KERNEL_STREAMS = 16
 };
 
 typedef struct mk_kernel_info {

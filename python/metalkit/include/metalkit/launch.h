@@ -149,6 +149,136 @@ inline __attribute__((always_inline)) void run_groups(const mk_dispatch* d, mk_u
   }
 }
 
+// ---- streaming stores ----
+// A loop kernel whose last statements store its outputs at the thread's position in the grid,
+// `out[id] = v;` (msl/passes/streaming.py), writes a large output past the cache: plain stores
+// read each line of it in first, a third more memory traffic for add_arrays. Its threads run with
+// each output moved onto a stack window of whole lines, which then goes to memory in aligned
+// non-temporal stores. The stores being each thread's last act, no thread can tell they came
+// later; other threads could only by racing.
+struct unstaged {  // the kernel's own pointer
+  template <class P> __attribute__((always_inline)) P operator()(P p, int) const { return p; }
+};
+template <int K> struct staged {  // output k's window, moved back by the window's first index
+  unsigned long at[K];
+  template <class P> __attribute__((always_inline)) P operator()(P, int k) const { return (P)at[k]; }
+};
+
+template <class I> constexpr mk_u64 index_max() {
+  return __is_signed(I) ? (mk_u64(1) << (sizeof(I) * 8 - 1)) - 1 : mk_u64(I(~I(0)));
+}
+// A number or vector (whose assignment only overwrites; a struct's could read what it replaces)
+// of a power-of-two size up to a line.
+template <class P> constexpr bool streamable() {
+  using T = typename strip<P>::type;
+  return __is_pointer(P) && code<typename plain<T>::type>::value != MK_T_STRUCT && __is_trivially_copyable(T) &&
+         sizeof(T) <= 64 && (sizeof(T) & (sizeof(T) - 1)) == 0;
+}
+// Whether a kernel whose outputs are P, indexed by an I, streams them (the module's table says so).
+template <class I, class... P> constexpr bool streams() { return __is_integral(I) && (streamable<P>() && ...); }
+template <bool Largest, int K> constexpr mk_u64 extreme(const mk_u64 (&v)[K]) {
+  mk_u64 m = v[0];
+  for (mk_u64 z : v) m = (Largest ? z > m : z < m) ? z : m;
+  return m;
+}
+
+// E consecutive indices from w0 (where a line starts in every output) of K outputs of `size`
+// bytes an element, gathered from index lo up to hi; then written, whole in lines past the
+// cache, or in part (the ends of a run of threads) with plain stores.
+template <int K, mk_u64 E, mk_u64 L> struct window {
+  alignas(64) char stage[K][E * L];  // output k's in its first E * size[k] bytes
+  long long w0 = 0, lo = 0, hi = 0;
+  __attribute__((always_inline)) void flush(const unsigned long (&addr)[K], const mk_u64 (&size)[K]) {
+    typedef long long line __attribute__((vector_size(64), aligned(64)));
+    for (int k = 0; k < K; ++k)
+      if (lo == w0 && hi == w0 + (long long)E)
+        for (mk_u64 c = 0; c < E * size[k] / 64; ++c)
+          __builtin_nontemporal_store(((line*)stage[k])[c], (line*)(addr[k] + w0 * size[k]) + c);
+      else
+        __builtin_memcpy((char*)(addr[k] + lo * size[k]), stage[k] + (lo - w0) * size[k], (hi - lo) * size[k]);
+    lo = hi;
+  }
+};
+
+// Runs threadgroups [first, last) as run_groups does, with the outputs `outs` (pointers indexed by
+// the thread's position in the grid, of type I) streamed when the dispatch writes at least
+// d->stream_bytes through them and one index starts a line in them all.
+template <bool Logs, class I, class Body, class... P>
+inline __attribute__((always_inline)) void run_groups_streamed(const mk_dispatch* d, mk_u64 first, mk_u64 last,
+                                                               volatile mk_u64* at, Body body, P... outs) {
+  auto plain = [&] { run_groups<Logs>(d, first, last, at, [&](const thread_ids& t) __attribute__((always_inline)) {
+    body(t, unstaged{});
+  }); };
+  if constexpr (!streams<I, P...>()) {
+    plain();
+  } else {
+    constexpr int K = sizeof...(P);
+    constexpr mk_u64 size[K] = {sizeof(typename strip<P>::type)...};
+    constexpr mk_u64 S = extreme<false>(size), L = extreme<true>(size);
+    // Whole lines of every output, and 256 bytes or more of the largest (fewer cost more to set up
+    // than streaming saves).
+    constexpr mk_u64 E = 256 / L > 64 / S ? 256 / L : 64 / S;
+    constexpr long long q = 64 / S;  // every q-th index starts a line in every output, if one does
+    const unsigned long addr[K] = {(unsigned long)outs...};
+    long long phase = q;
+    for (long long i = 0; i < q && phase == q; ++i) {
+      bool all = true;
+      for (int k = 0; k < K; ++k) all = all && (addr[k] + i * size[k]) % 64 == 0;
+      if (all) phase = i;
+    }
+    mk_u64 bytes = 0;
+    for (mk_u64 z : size) bytes += z * d->grid[0] * d->grid[1] * d->grid[2];
+    if (d->only != ~0u || phase == q || d->grid[0] == 0 || d->grid[0] - 1 > index_max<I>() ||
+        bytes < d->stream_bytes) {
+      plain();
+      return;
+    }
+    window<K, E, L> w;
+    for (mk_u64 g = first; g < last; ++g) {
+      *at = g;
+      thread_ids t;
+      u3 base;
+      const u3 n = group_ids(d, g, t, base);
+      if constexpr (Logs) loop_thread = &t;
+      for (unsigned z = 0; z < n.z; ++z)
+        for (unsigned y = 0; y < n.y; ++y) {
+          // A row of threads: on from the window's last index (the previous group's row of a
+          // one-dimensional grid), else in a new window.
+          const long long s = base.x, e = s + n.x;
+          if (s != w.hi || w.hi == w.lo) {
+            w.flush(addr, size);
+            w.w0 = s - ((s - phase) % q + q) % q;
+            w.lo = w.hi = s;
+          }
+          for (long long i = s; i < e;) {
+            if (i == w.w0 + (long long)E) {
+              w.flush(addr, size);
+              w.w0 = w.lo = w.hi = i;
+            }
+            const long long c = e - i < w.w0 + (long long)E - i ? e - i : w.w0 + (long long)E - i;
+            staged<K> st;
+            for (int k = 0; k < K; ++k) st.at[k] = (unsigned long)w.stage[k] - (unsigned long)w.w0 * size[k];
+            for (long long j = i; j < i + c; ++j) {
+              const unsigned x = unsigned(j - s);
+              t.pos_in_group = {x, y, z};
+              t.pos_in_grid = {base.x + x, base.y + y, base.z + z};
+              t.index_in_group = x + n.x * (y + n.y * z);
+              body(t, st);
+            }
+            i += c;
+            w.hi = i;
+          }
+        }
+    }
+    w.flush(addr, size);
+#if defined(__x86_64__)
+    __builtin_ia32_sfence();  // non-temporal stores are weakly ordered: all made before the dispatch ends
+#else
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+#endif
+  }
+}
+
 template <class Body> struct fiber_group {
   thread_ids t;
   u3 base;
