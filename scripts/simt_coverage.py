@@ -1,5 +1,6 @@
 """How many kernels of the corpora run under SIMT (and how many of those are split at their
-barriers, simt/fission.py), and why the others fall back to fibers.
+barriers, simt/fission.py), and why the others fall back to fibers; and how many of the kernels
+run as loops store their outputs past the cache (passes/streaming.py).
 
     python scripts/simt_coverage.py            # llama.cpp's and MLX's kernels (about 10 minutes)
     python scripts/simt_coverage.py ggml       # one corpus; "mlx scan" keeps the MLX files named *scan*
@@ -43,7 +44,7 @@ def main(which: str = "all", name_filter: str | None = None) -> None:
     tc = toolchain.find()
     reasons: collections.Counter = collections.Counter()
     examples: dict[str, list[str]] = {}
-    total = sync = split = 0
+    total = sync = split = loops = streamed = 0
     for path, include_dirs, constants in sources(which, name_filter):
         start = time.monotonic()
         opts = build.Options.of(path.read_text(), str(path), [str(path.parent), *include_dirs], constants,
@@ -53,7 +54,9 @@ def main(which: str = "all", name_filter: str | None = None) -> None:
         fallback = 0
         for k in result.kernels:
             total += 1
-            if k.execution == "loop":
+            if k.execution.partition(":")[0] == "loop":
+                loops += 1
+                streamed += bool(k.streamed)
                 continue
             sync += 1
             split += k.regions > 0
@@ -66,7 +69,8 @@ def main(which: str = "all", name_filter: str | None = None) -> None:
               f"{time.monotonic() - start:.0f} s", flush=True)
     share = 100 * sum(reasons.values()) / sync if sync else 0.0
     print(f"\n{total} kernels, {sync} with barriers or SIMD-group functions, {sum(reasons.values())} of them "
-          f"on the fallback ({share:.2f}%); {split} split at their barriers")
+          f"on the fallback ({share:.2f}%); {split} split at their barriers; {loops} run as loops, "
+          f"{streamed} of them with their outputs streamed")
     for why, count in reasons.most_common():
         print(f"{count:6d}  {why}")
         for e in examples[why][:3]:

@@ -125,13 +125,20 @@ def launchers(kernels: list[Kernel], structs: list[StructDef] = (), checked: boo
             runner = "mk::run_groups_fibers(d, first, last, at, "
         else:
             runner = f"mk::run_groups<{'true' if logs else 'false'}>(d, first, last, at, "
-        out.append(f"  {runner}[&](const mk::thread_ids& t) __attribute__((always_inline)) {{")
+        streamed = k.streamed
+        if streamed:  # launch.h run_groups_streamed hands the body where each output's stores go
+            index = f"mk::param_t<__mk_F{n}, {k.stream_index}>"
+            runner = f"mk::run_groups_streamed<{'true' if logs else 'false'}, {index}>(d, first, last, at, "
+            for j, i in enumerate(streamed):
+                call[call.index(f"a{i}")] = f"__mk_s(a{i}, {j})"
+        out.append(f"  {runner}[&](const mk::thread_ids& t{', auto __mk_s' if streamed else ''}) "
+                   "__attribute__((always_inline)) {")
         out.append("    (void)t;")
         # A split kernel is inlined into its launcher's loops over regions and SIMD-groups, where
         # what each call would look up again (its frame, threadgroup storage, its slots) is found once.
         inline = "[[clang::always_inline]] " if k.execution == "simt" and k.regions else ""
         out.append(f"    {inline}{fp}({', '.join(call)});")
-        out.append("  });")
+        out.append("  }" + "".join(f", a{i}" for i in streamed) + ");")
         out.append("}")
     out.append("const mk_kernel_info __mk_kernels[] = {")
     for n, k in enumerate(kernels):
@@ -140,11 +147,18 @@ def launchers(kernels: list[Kernel], structs: list[StructDef] = (), checked: boo
             flags = "MK_KERNEL_SIMT" if k.execution == "simt" else "MK_KERNEL_NEEDS_FIBERS"
         if k.uses_barrier:
             flags += " | MK_KERNEL_BARRIERS"
+        execution = _c_string(k.execution)
+        if k.streamed:  # as the compiler finds the types: a struct element, say, is stored in place
+            types = ", ".join(f"mk::param_t<__mk_F{n}, {i}>" for i in (k.stream_index, *k.streamed))
+            streams = f"mk::streams<{types}>()"
+            flags += f" | ({streams} ? MK_KERNEL_STREAMS : 0)"
+            execution = f'{streams} ? {execution} : "loop"'
+
         if k.threadgroup_variables:
             flags += " | MK_KERNEL_TG_VARIABLES"
         nargs = sum(p.present for p in k.params)
         out.append(f"  {{{_c_string(k.host_name)}, __mk_args{n}, {nargs}, (unsigned)({k.max_threads}), {flags}, 0, "
-                   f"__mk_launch{n}, {_c_string(k.file)}, {k.line}, {_c_string(k.execution)}, "
+                   f"__mk_launch{n}, {_c_string(k.file)}, {k.line}, {execution}, "
                    f"{_c_string(k.unset_constant)}}},")
     if not kernels:
         out.append("  {}")

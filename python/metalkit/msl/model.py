@@ -42,6 +42,8 @@ class Kernel:
     unset_constant: str = ""     # a function constant it uses that was given no value
     threadgroup_variables: bool = False  # its body declares threadgroup variables
     regions: int = 0             # SIMT, split at its barriers into this many regions (simt/fission.py)
+    streamed: tuple = ()         # loop: its outputs stored past the cache, as params indices (passes/streaming.py)
+    stream_index: int = -1       # loop, streamed: its thread_position_in_grid parameter
 
 
 @dataclass

@@ -14,8 +14,9 @@ A pipeline of passes over one ``Unit`` (msl/model.py), each in its own file in
 8. overloads            functions overloaded only on address spaces: one kept
 9. fp16_casts           explicit half <-> bfloat conversions go through float
 10. keywords            address-space keywords, unused attributes, float literals
-11. simt (msl/simt)     last, on the rewritten tokens: kernels with barriers or SIMD-group functions
+11. simt (msl/simt)     on the rewritten tokens: kernels with barriers or SIMD-group functions
                         and their helpers run each SIMD-group's lanes in lockstep
+12. streaming           kernels run as loops whose outputs can be stored past the cache
 
 Kernel signatures are read at token level; types are described by the compiled
 module itself (see ``metalkit/launch.h``).
@@ -25,7 +26,7 @@ from __future__ import annotations
 from . import clang_facts, simt
 from .model import Kernel, Param, Result, Unit
 from .passes import (attributes, callgraph, fp16_casts, function_constants, functions, kernels, keywords, loop_hints,
-                     overloads, structs, threadgroup_storage)
+                     overloads, streaming, structs, threadgroup_storage)
 from .source import MslError, Source
 
 __all__ = ["prepass", "MslError", "Kernel", "Param", "Result"]
@@ -101,6 +102,7 @@ def prepass(text: str, is_user, constants: dict | None = None, only=None, duplic
             for f in unit.functions:
                 if f.is_kernel and any(k.function == f.name and k.needs_sync for k in unit.kernels):
                     simt.steps.insert(unit, f)
+    streaming.find(unit)
     logs = any(t.kind == "id" and t.text in callgraph.LOG_NAMES for t in unit.toks)
     return Result(unit.src.render(), unit.kernels, unit.src.files, unit.structs, logs)
 
