@@ -258,6 +258,8 @@ inline __attribute__((always_inline)) void run_groups_streamed(const mk_dispatch
             const long long c = e - i < w.w0 + (long long)E - i ? e - i : w.w0 + (long long)E - i;
             staged<K> st;
             for (int k = 0; k < K; ++k) st.at[k] = (unsigned long)w.stage[k] - (unsigned long)w.w0 * size[k];
+            // One vector a step: a window's part left by a group's start or end is often short.
+#pragma clang loop interleave_count(1)
             for (long long j = i; j < i + c; ++j) {
               const unsigned x = unsigned(j - s);
               t.pos_in_group = {x, y, z};
