@@ -225,7 +225,9 @@ template <class Op, bool Quad, class T> struct sg_reduce_twin {
   template <class F, class Res, class A> __MK_F static void call(F &, unsigned m, Res *res, A &&arg) {
     // Every slot is stored (inactive lanes' arguments are not read, and their results never
     // are): loads of the slots are then served from the stores, which stores under a mask stall.
-    T v[32];
+    // Whole lines: a vector store straddling two, read back in parts, took up to a third longer
+    // depending on where the stack happened to put the array.
+    alignas(64) T v[32];
     for (unsigned l = 0; l < 32u; ++l) v[l] = (m >> l & 1u) ? T(arg(l)) : T();
     constexpr unsigned n = Quad ? 4u : 32u;
     for (unsigned b = 0; b < 32u; b += n) {
