@@ -36,6 +36,7 @@ SAMPLE_SECONDS = 0.05  # a sample repeats a call for this long, so short calls a
 # per thread running the code as written, which the SIMT transform is checked against.
 MODELS = {"metalkit": "auto", "metalkit threads": "threads"}
 SIDES = (*MODELS, *RUNTIMES, "numpy")
+PLAIN = "metalkit, stored in place"  # row 4's extra side, given in a note
 Libraries = dict[str, mk.Library]  # metalkit side -> the library compiled for it
 OpenCL = dict[str, Union[CpuOpenCL, str]]  # runtime -> its device, or why there is none
 
@@ -63,6 +64,7 @@ class Row:
         self.key, self.label = key, label
         self.cells: dict[str, Union[Timing, str]] = {}   # side -> time, or why there is none
         self.execution: dict[str, str] = {}              # metalkit side -> kernel and its model
+        self.kernels: dict[str, mk.Kernel] = {}          # metalkit side -> its kernel
         self.notes: list[str] = []
         self._sides: dict[str, tuple[Callable[[], object], Callable[[], None]]] = {}
 
@@ -72,6 +74,7 @@ class Row:
     def add_metalkit(self, side: str, kernel: mk.Kernel, run: Callable[[], object],
                      check: Callable[[], None]) -> None:
         self.execution[side] = f"{kernel.name} {kernel.execution}"
+        self.kernels[side] = kernel
         self.add(side, run, check)
 
     def measure(self, reps: int) -> None:
@@ -220,13 +223,36 @@ def add_arrays(libs: Libraries, ocl: OpenCL, opts: argparse.Namespace) -> Row:
     a, b = rng_floats(N, seed=1), rng_floats(N, seed=2)
     want = a.astype(np.float64) + b.astype(np.float64)
     out = {s: np.empty(N, np.float32) for s in SIDES}
+    out[PLAIN] = np.empty(N, np.float32)
     for side, lib in libraries(HERE.parent / "kernels" / "add_arrays.metal").items():  # bundled
         k, o = lib.add_arrays, out[side]
         row.add_metalkit(side, k, lambda k=k, o=o: k(a, b, o), expect(o, want, 1e-7))
     add_opencl(row, ocl, "add_arrays", (N,), None, lambda o: [a, b, o], out, want, 1e-7)
     row.add("numpy", lambda: np.add(a, b, out=out["numpy"]), expect(out["numpy"], want, 1e-7))
+    # The metalkit side's kernel storing its output in place, timed in turns with the rest: what
+    # storing it past the cache gains (a dispatch streams from METALKIT_STREAM_BYTES written).
+    k = row.kernels["metalkit"]
+    row.add(PLAIN, lambda: with_env("METALKIT_STREAM_BYTES", str(1 << 62), lambda: k(a, b, out[PLAIN])),
+            expect(out[PLAIN], want, 1e-7))
     row.measure(opts.reps)
+    plain = row.cells.pop(PLAIN, None)
+    if isinstance(plain, Timing) and isinstance(row.cells.get("metalkit"), Timing):
+        row.notes.append(f"metalkit storing in place (not past the cache): {plain}; "
+                         f"{bench_ratio(row.cells['metalkit'].median, plain.median, 'metalkit / that')}")
     return row
+
+
+def with_env(name: str, value: str, run: Callable[[], object]) -> None:
+    """run() with the environment variable `name` set to `value`, then as it was."""
+    before = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        run()
+    finally:
+        if before is None:
+            del os.environ[name]
+        else:
+            os.environ[name] = before
 
 
 def libraries(path: Path) -> Libraries:
