@@ -18,6 +18,7 @@ from conftest import build
 pytestmark = pytest.mark.parametrize("device", ["cpu"], indirect=True)  # the CPU simulator's stores
 
 SRC = """
+#include <metal_logging>
 kernel void mix(device const float* a [[buffer(0)]], device const float4* b [[buffer(1)]],
                 device float* sum [[buffer(2)]], device half* low [[buffer(3)]], device float4* wide [[buffer(4)]],
                 device uchar* sign [[buffer(5)]], constant float& k [[buffer(6)]],
@@ -33,6 +34,12 @@ kernel void mix(device const float* a [[buffer(0)]], device const float4* b [[bu
 kernel void twice(device const float* a [[buffer(0)]], device float* out [[buffer(1)]],
                   ushort id [[thread_position_in_grid]]) {
     out[id] = a[id] * 2.0f;
+}
+
+kernel void logged(device const float* a [[buffer(0)]], device float* out [[buffer(1)]],
+                   uint id [[thread_position_in_grid]]) {
+    if (id % 50 == 3) os_log_default.log("thread %u sees %g", id + 0u, a[id]);
+    out[id] = a[id] * 3.0f;
 }
 
 struct pair { float lo, hi; };
@@ -147,3 +154,19 @@ def test_outputs_the_compiler_finds_unsuited_are_stored_in_place(device, lib, rn
     lib.pairs(a, out)
     np.testing.assert_array_equal(out["lo"], a)
     np.testing.assert_array_equal(out["hi"], a * 2)
+
+
+def test_a_streamed_kernel_that_logs_names_each_thread(device, lib, rng, monkeypatch):
+    monkeypatch.setenv("METALKIT_STREAM_BYTES", "0")
+    seen = []
+    previous = mk.set_kernel_log_handler(seen.append)
+    try:
+        a = rng.standard_normal(200).astype(np.float32)
+        out = np.zeros(200, np.float32)
+        lib.logged(a, out, threadgroup=64)
+    finally:
+        mk.set_kernel_log_handler(previous)
+    assert "past the cache" in lib.logged.execution_reason
+    np.testing.assert_array_equal(out, a * 3)
+    assert [(m.threadgroup, m.thread, m.text) for m in seen] == [
+        ((i // 64, 0, 0), (i % 64, 0, 0), f"thread {i} sees {a[i]:g}") for i in (3, 53, 103, 153)]
