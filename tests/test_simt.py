@@ -406,6 +406,60 @@ def test_a_kernel_split_at_its_barriers_carries_its_locals_over(device, rng, n, 
     np.testing.assert_array_equal(results["fibers"], results["threads"])
 
 
+OVERWRITE = """
+// v crosses two barriers. Each kernel differs in how the later regions use it: overwritten before
+// any read (nothing is restored), or read by some lanes after others overwrote it (restored).
+kernel void overwritten(device const float* x [[buffer(0)]], device float* out [[buffer(1)]],
+                        threadgroup float* tmp [[threadgroup(0)]], uint i [[thread_position_in_grid]],
+                        uint l [[thread_index_in_threadgroup]], uint n [[threads_per_threadgroup]]) {
+    float v = x[i] * 2.0f;
+    tmp[l] = v;
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    v = tmp[(l + 1) % n] + 1.0f;
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    if (l % 3 == 0) {
+        v = v * 3.0f + tmp[l];
+        out[i] = v;
+    }
+}
+
+kernel void partly(device const float* x [[buffer(0)]], device float* out [[buffer(1)]],
+                   threadgroup float* tmp [[threadgroup(0)]], uint i [[thread_position_in_grid]],
+                   uint l [[thread_index_in_threadgroup]], uint n [[threads_per_threadgroup]]) {
+    float v = x[i] * 2.0f;
+    tmp[l] = v;
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    if (l % 3 == 0) v = tmp[(l + 1) % n];
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    out[i] = v + simd_sum(v);
+}
+"""
+
+
+@pytest.mark.parametrize("n,tg", [(1, 32), (100, 64), (1000, 96), (2048, 1024)])
+def test_a_local_overwritten_after_a_barrier_is_the_same_under_every_model(device, rng, n, tg):
+    x = rng.standard_normal(n).astype(np.float32)
+    got = {}
+    for model in ("simt", "threads"):
+        lib = build_as(OVERWRITE, "overwrite.metal", model)
+        for name in ("overwritten", "partly"):
+            check_model(lib[name], model)
+            out = np.full(n, -7.0, np.float32)
+            lib[name](x, out, threadgroup=tg, threadgroup_memory={0: tg * 4})
+            got[model, name] = out
+    l, g = np.arange(n) % tg, np.arange(n) // tg
+    size = np.minimum(tg, n - g * tg)  # threads in each thread's group
+    after = x[g * tg + (l + 1) % size] * 2 + 1  # v after the first barrier: the next thread's, plus 1
+    np.testing.assert_allclose(got["simt", "overwritten"],
+                               np.where(l % 3 == 0, after * 3 + x * 2, -7.0), rtol=1e-5, atol=1e-5)
+    v = np.where(l % 3 == 0, x[g * tg + (l + 1) % size] * 2, x * 2).astype(np.float64)
+    key = g * 64 + l // 32  # each thread's SIMD-group
+    sums = np.bincount(key, weights=v, minlength=key.max() + 1)[key]
+    np.testing.assert_allclose(got["simt", "partly"], v + sums, rtol=1e-5, atol=1e-4)
+    for name in ("overwritten", "partly"):
+        np.testing.assert_array_equal(got["simt", name], got["threads", name])
+
+
 # ---- divergence and reconvergence, SIMD-group functions under masks ---------------------------
 
 DIVERGE = """

@@ -746,7 +746,8 @@ class Emitter:
         come back at the next one's start, with the mask; lanes that returned stay out (guards)."""
         for p in pieces[:split.prefix]:
             self.emit_piece(p, False)
-        members = [f"{self.slot_type(c, True)} {self.toks[c.dc.name].text};" for c in split.carried]
+        members = [f"{self.slot_type(c, True)} {self.toks[c.dc.name].text};" for c in split.carried
+                   if any(r not in c.dead for r in range(c.first + 1, c.last + 1))]
         self.put(split.regions[0][0].stmts[0].a,
                  f"struct __mk_slots {{ {' '.join(members)} unsigned __m, __rt; }}; "
                  "static thread_local __mk_slots __mk_slot[32]; __mk_slots& __x = __mk_slot[__f.sg];")
@@ -757,8 +758,9 @@ class Emitter:
         for r, region in enumerate(split.regions):
             head = f"if (__f.region == {r}u) {{" if r < last else "{"
             if r:
-                head += " __m = __x.__m; __rt = __x.__rt;" + "".join(
-                    f" {self.slot_type(c, False)} {self.toks[c.dc.name].text} = __x.{self.toks[c.dc.name].text};"
+                head += " __m = __x.__m; __rt = __x.__rt;" + "".join(  # overwritten first: declared only
+                    f" {self.slot_type(c, False)} {self.toks[c.dc.name].text}"
+                    f"{'' if r in c.dead else ' = __x.' + self.toks[c.dc.name].text};"
                     for c in split.restored_in(r))
             self.put(region[0].stmts[0].a, head + f" {guard}" * guards)
             for k, p in enumerate(region):

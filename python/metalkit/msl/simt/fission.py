@@ -46,6 +46,7 @@ class Carried:
     dc: sx.Declarator
     first: int  # the region that declares it
     last: int   # the last region that uses it
+    dead: set = field(default_factory=set)  # regions that overwrite it before any read: nothing restored
 
 
 @dataclass
@@ -55,7 +56,7 @@ class Split:
     carried: list[Carried] = field(default_factory=list)
 
     def saved_after(self, r: int) -> list[Carried]:
-        return [c for c in self.carried if c.first <= r < c.last]
+        return [c for c in self.carried if c.first <= r < c.last and r + 1 not in c.dead]
 
     def restored_in(self, r: int) -> list[Carried]:
         return [c for c in self.carried if c.first < r <= c.last]
@@ -111,7 +112,11 @@ def split(fn, pieces: list[Piece], tparams: set[str]) -> Split | None:
                         continue
                     if not _exact_copy(fn, s, dc, names):
                         return None
-                    out.carried.append(Carried(dc.var, s, dc, r, last))
+                    c = Carried(dc.var, s, dc, r, last)
+                    if not c.var.addressed:
+                        c.dead = {k for k in range(r + 1, last + 1)
+                                  if _overwritten(toks, [t for p in regions[k] for t in p.stmts], word, k == last)}
+                    out.carried.append(c)
     sizes = [_bytes(toks, c, constants) for c in out.carried]
     if None in sizes or sum(sizes) > SLOT_BYTES:
         return None
@@ -145,6 +150,28 @@ def _exact_copy(fn, d: sx.Decl, dc: sx.Declarator, names: set[str]) -> bool:
         if t.kind == "id" and not (_TYPE_WORD.fullmatch(t.text) or t.text in names):
             return False
     return True
+
+
+def _overwritten(toks, stmts: list, word: str, last: bool) -> bool:
+    """Whether statements of a region assign the local named `word` before anything reads it: the
+    first that names it is `word = e;` without it in e. In the last region that uses it, also an
+    `if` (no else) whose condition does not name it, whose branch overwrites it first, and after
+    which nothing names it: lanes that skip the branch never read it again. Names are matched by
+    text, so a shadowing declaration, or any other first use, says no."""
+    def names(a: int, b: int) -> bool:
+        return any(toks[i].text == word for i in range(a, b + 1))
+    for k, s in enumerate(stmts):
+        if not names(s.a, s.b):
+            continue
+        e = s.expr if isinstance(s, sx.ExprStmt) else None
+        if isinstance(e, sx.Assign) and e.op == "=" and isinstance(e.lhs, sx.Name) and not e.lhs.qualified \
+                and e.lhs.a == e.lhs.b and toks[e.lhs.a].text == word:
+            return not names(e.rhs.a, e.rhs.b)
+        if last and isinstance(s, sx.If) and s.els is None and not s.constexpr and not names(s.cond.a, s.cond.b) \
+                and not any(names(t.a, t.b) for t in stmts[k + 1:]):
+            return _overwritten(toks, s.then.stmts if isinstance(s.then, sx.Block) else [s.then], word, True)
+        return False
+    return False
 
 
 def _literal(toks, dc: sx.Declarator) -> int | None:
