@@ -125,20 +125,19 @@ def launchers(kernels: list[Kernel], structs: list[StructDef] = (), checked: boo
             runner = "mk::run_groups_fibers(d, first, last, at, "
         else:
             runner = f"mk::run_groups<{'true' if logs else 'false'}>(d, first, last, at, "
-        streamed = k.streamed
-        if streamed:  # launch.h run_groups_streamed hands the body where each output's stores go
+        if k.streamed:  # launch.h run_groups_streamed hands the body where each output's stores go
             index = f"mk::param_t<__mk_F{n}, {k.stream_index}>"
             runner = f"mk::run_groups_streamed<{'true' if logs else 'false'}, {index}>(d, first, last, at, "
-            for j, i in enumerate(streamed):
+            for j, i in enumerate(k.streamed):
                 call[call.index(f"a{i}")] = f"__mk_s(a{i}, {j})"
-        out.append(f"  {runner}[&](const mk::thread_ids& t{', auto __mk_s' if streamed else ''}) "
+        out.append(f"  {runner}[&](const mk::thread_ids& t{', auto __mk_s' if k.streamed else ''}) "
                    "__attribute__((always_inline)) {")
         out.append("    (void)t;")
         # A split kernel is inlined into its launcher's loops over regions and SIMD-groups, where
         # what each call would look up again (its frame, threadgroup storage, its slots) is found once.
         inline = "[[clang::always_inline]] " if k.execution == "simt" and k.regions else ""
         out.append(f"    {inline}{fp}({', '.join(call)});")
-        out.append("  }" + "".join(f", a{i}" for i in streamed) + ");")
+        out.append("  }" + "".join(f", a{i}" for i in k.streamed) + ");")
         out.append("}")
     out.append("const mk_kernel_info __mk_kernels[] = {")
     for n, k in enumerate(kernels):
@@ -153,7 +152,6 @@ def launchers(kernels: list[Kernel], structs: list[StructDef] = (), checked: boo
             streams = f"mk::streams<{types}>()"
             flags += f" | ({streams} ? MK_KERNEL_STREAMS : 0)"
             execution = f'{streams} ? {execution} : "loop"'
-
         if k.threadgroup_variables:
             flags += " | MK_KERNEL_TG_VARIABLES"
         nargs = sum(p.present for p in k.params)

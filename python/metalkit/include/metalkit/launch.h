@@ -119,6 +119,14 @@ inline __attribute__((always_inline)) u3 group_ids(const mk_dispatch* d, mk_u64 
   return t.group_size;
 }
 
+// The ids of thread (x, y, z) of the group of `n` threads starting at `base`, in t.
+inline __attribute__((always_inline)) void thread_at(thread_ids& t, u3 base, u3 n, unsigned x, unsigned y,
+                                                     unsigned z) {
+  t.pos_in_group = {x, y, z};
+  t.pos_in_grid = {base.x + x, base.y + y, base.z + z};
+  t.index_in_group = x + n.x * (y + n.y * z);
+}
+
 // Runs every thread of threadgroups [first, last) as a plain loop; used for
 // kernels with no barrier and no SIMD-group function, so the compiler can
 // vectorise the innermost loop. Logs: the module logs (<metal_logging>), so a log call finds
@@ -141,9 +149,7 @@ inline __attribute__((always_inline)) void run_groups(const mk_dispatch* d, mk_u
     for (unsigned z = lo.z; z < hi.z; ++z)
       for (unsigned y = lo.y; y < hi.y; ++y)
         for (unsigned x = lo.x; x < hi.x; ++x) {
-          t.pos_in_group = {x, y, z};
-          t.pos_in_grid = {base.x + x, base.y + y, base.z + z};
-          t.index_in_group = x + n.x * (y + n.y * z);
+          thread_at(t, base, n, x, y, z);
           body(t);
         }
   }
@@ -261,10 +267,7 @@ inline __attribute__((always_inline)) void run_groups_streamed(const mk_dispatch
             // One vector a step: a window's part left by a group's start or end is often short.
 #pragma clang loop interleave_count(1)
             for (long long j = i; j < i + c; ++j) {
-              const unsigned x = unsigned(j - s);
-              t.pos_in_group = {x, y, z};
-              t.pos_in_grid = {base.x + x, base.y + y, base.z + z};
-              t.index_in_group = x + n.x * (y + n.y * z);
+              thread_at(t, base, n, unsigned(j - s), y, z);
               body(t, st);
             }
             i += c;

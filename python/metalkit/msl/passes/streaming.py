@@ -10,8 +10,9 @@ store is the thread's last act on that output, so the pattern is read strictly, 
   gets there, and no ``return``, ``goto`` or ``throw`` anywhere lets one skip them);
 - each output is a ``device`` pointer without ``const``, named nowhere else in the body (no
   alias, no read, no second store);
-- the index is the kernel's scalar ``thread_position_in_grid`` parameter, never assigned,
-  incremented, addressed or redeclared at the body's top level.
+- the index is the kernel's scalar ``thread_position_in_grid`` parameter, and everywhere in the
+  body only read: never assigned, incremented, addressed, bound to a reference, passed whole to
+  anything but a conversion or one of metal's functions of numbers, or redeclared.
 
 Anything else runs as before. Types (a power-of-two element of 64 bytes or less, an integer
 index wide enough for the grid) are the compiler's to check, in the launcher.

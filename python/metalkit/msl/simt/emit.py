@@ -746,8 +746,7 @@ class Emitter:
         come back at the next one's start, with the mask; lanes that returned stay out (guards)."""
         for p in pieces[:split.prefix]:
             self.emit_piece(p, False)
-        members = [f"{self.slot_type(c, True)} {self.toks[c.dc.name].text};" for c in split.carried
-                   if any(r not in c.dead for r in range(c.first + 1, c.last + 1))]
+        members = [f"{self.slot_type(c, True)} {c.var.name};" for c in split.carried if c.slotted]
         self.put(split.regions[0][0].stmts[0].a,
                  f"struct __mk_slots {{ {' '.join(members)} unsigned __m, __rt; }}; "
                  "static thread_local __mk_slots __mk_slot[32]; __mk_slots& __x = __mk_slot[__f.sg];")
@@ -759,8 +758,7 @@ class Emitter:
             head = f"if (__f.region == {r}u) {{" if r < last else "{"
             if r:
                 head += " __m = __x.__m; __rt = __x.__rt;" + "".join(  # overwritten first: declared only
-                    f" {self.slot_type(c, False)} {self.toks[c.dc.name].text}"
-                    f"{'' if r in c.dead else ' = __x.' + self.toks[c.dc.name].text};"
+                    f" {self.slot_type(c, False)} {c.var.name}{'' if r in c.dead else ' = __x.' + c.var.name};"
                     for c in split.restored_in(r))
             self.put(region[0].stmts[0].a, head + f" {guard}" * guards)
             for k, p in enumerate(region):
@@ -770,7 +768,7 @@ class Emitter:
                     guards += 1
             end = region[-1].stmts[-1].b
             if r < last:
-                saves = "".join(f" __x.{n} = {n};" for n in (self.toks[c.dc.name].text for c in split.saved_after(r)))
+                saves = "".join(f" __x.{c.var.name} = {c.var.name};" for c in split.saved_after(r))
                 self.put(end, f"{saves} {'}' * guards} __x.__m = __m; __x.__rt = __rt; return; }}")
             else:
                 self.put(end, "}" * guards + " }")

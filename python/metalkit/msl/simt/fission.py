@@ -21,18 +21,17 @@ from ..consteval import const_int
 from . import syntax as sx
 from .regions import Piece
 
-# Identifiers a carried local's type may be made of: MSL's scalar, vector and matrix types, and
-# what qualifies them (a pointer's address space).
-_SCALARS = "bool|char|uchar|short|ushort|int|uint|long|ulong|half|float|bfloat|size_t|ptrdiff_t|" \
-           "int8_t|uint8_t|int16_t|uint16_t|int32_t|uint32_t|int64_t|uint64_t"
-_TYPE_WORD = re.compile(rf"(?:packed_)?(?:{_SCALARS})[234]?|(?:half|float|bfloat)[234]x[234]|"
-                        r"simdgroup_(?:half|float|bfloat)8x8|"
-                        r"const|volatile|unsigned|signed|device|constant|threadgroup|metal|vec|matrix")
-_SAFE_SPACES = ("device", "constant", "threadgroup")
 # Bytes of a scalar type's value; a vector's is its count times this, rounded to a power of two.
 _SIZES = {"bool": 1, "char": 1, "uchar": 1, "int8_t": 1, "uint8_t": 1, "short": 2, "ushort": 2, "half": 2,
           "bfloat": 2, "int16_t": 2, "uint16_t": 2, "int": 4, "uint": 4, "float": 4, "int32_t": 4,
           "uint32_t": 4, "long": 8, "ulong": 8, "size_t": 8, "ptrdiff_t": 8, "int64_t": 8, "uint64_t": 8}
+_SCALARS = "|".join(_SIZES)
+# Identifiers a carried local's type may be made of: MSL's scalar, vector and matrix types, and
+# what qualifies them (a pointer's address space).
+_TYPE_WORD = re.compile(rf"(?:packed_)?(?:{_SCALARS})[234]?|(?:half|float|bfloat)[234]x[234]|"
+                        r"simdgroup_(?:half|float|bfloat)8x8|"
+                        r"const|volatile|unsigned|signed|device|constant|threadgroup|metal|vec|matrix")
+_SAFE_SPACES = ("device", "constant", "threadgroup")
 # A SIMD-group's carried locals, at most: every SIMD-group of a threadgroup has a slot of them in
 # each OS thread (32 of them), and the launcher's frame holds a copy while a region runs.
 SLOT_BYTES = 16 << 10
@@ -47,6 +46,11 @@ class Carried:
     first: int  # the region that declares it
     last: int   # the last region that uses it
     dead: set = field(default_factory=set)  # regions that overwrite it before any read: nothing restored
+
+    @property
+    def slotted(self) -> bool:
+        """Whether a region restores it: else it needs no slot."""
+        return any(r not in self.dead for r in range(self.first + 1, self.last + 1))
 
 
 @dataclass
